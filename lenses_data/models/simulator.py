@@ -269,7 +269,10 @@ def run_in_thread(config: SimConfig | None = None, port: int | None = None) -> I
             create_app(config),
             host="127.0.0.1",
             port=port,
-            log_level="critical",
+            # No log_config: uvicorn's default calls logging.config.dictConfig, which reconfigures the
+            # host process's logging (and deadlocked Prefect's API log handler). A library must not.
+            log_config=None,
+            log_level=None,
             access_log=False,
             backlog=2048,
             timeout_keep_alive=120,
