@@ -156,16 +156,16 @@ def _row(latency: float, variant: str, rates: dict, cpu_ms: dict, in_flight: dic
 
 
 def bench_journal_puts(n: int = 1000) -> list[str]:
-    """Cost of one durable journal write per backend, in the calling thread (what the event loop
+    """Cost of one durable write to a shard's journal, in the calling thread (what the event loop
     pays per answer when writing inline)."""
-    from lenses_data.models.journal import JournalEntry, open_journal
+    from lenses_data.models.journal import JournalEntry, ShardJournal
 
     raw = json.dumps({"captions": [{"category": "Literal", "caption": "word " * 15, "focus": "a b"}] * 3})
-    rows = ["| backend | fsync | µs per answer |", "|---|---|---|"]
-    for backend in ("sqlite", "jsonl"):
+    rows = ["| journal | fsync | µs per answer |", "|---|---|---|"]
+    for backend in ("shard-jsonl",):
         for fsync in (False, True):
             with tempfile.TemporaryDirectory() as directory:
-                journal = open_journal(directory, backend, fsync)
+                journal = ShardJournal(Path(directory) / "part-00000.jsonl", fsync)
                 start = time.perf_counter()
                 for i in range(n):
                     journal.get(f"h{i}")

@@ -9,7 +9,7 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from pydantic import Field
 
-from flows.common import RunParameters, funnel_markdown
+from flows.common import RunParameters, funnel_markdown, run_lock
 from flows.stages import run_stage_with_runner
 from lenses_data.config import PipelineConfig
 from lenses_data.stages.registry import pipeline_order
@@ -65,8 +65,13 @@ def run_all_stages(config: PipelineConfig, stop_after: str | None = None) -> lis
 @flow(name="build-dataset", log_prints=True, validate_parameters=True)
 def build_dataset(params: BuildParameters) -> dict[str, Any]:
     """Build the Lenses dataset: ingest, dedupe, filter, split, generate, rule checks, validation, export."""
+    config = params.load()
+    with run_lock(config):
+        return _build(params, _prepare_sources(config, params.sample))
+
+
+def _build(params: BuildParameters, config: PipelineConfig) -> dict[str, Any]:
     logger = get_run_logger()
-    config = _prepare_sources(params.load(), params.sample)
     if params.simulate:
         from lenses_data.models.dryrun import simulated_models
 

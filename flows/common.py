@@ -1,4 +1,4 @@
-"""Shared pieces of the Prefect flows: parameters, the shard cache policy, task runners, artifacts.
+"""Shared pieces of the Prefect flows: parameters, the run-directory lock, task runners, artifacts.
 
 Flows stay thin: they map `lenses_data` stages over shards, set retries and cache policies and
 publish what happened. No stage logic lives here.
@@ -6,26 +6,14 @@ publish what happened. No stage logic lives here.
 
 from __future__ import annotations
 
-import hashlib
-import json
-from pathlib import Path
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
-from prefect.cache_policies import TASK_SOURCE, CacheKeyFnPolicy, CachePolicy
-from prefect.context import TaskRunContext
 from pydantic import BaseModel, Field
 
-from lenses_data import io
 from lenses_data.config import PipelineConfig, config_from_dict, deep_merge, load_config
-from lenses_data.config.models import ROLES
-
-# Settings that change speed, not results: they must not invalidate cached shard work.
-SPEED_ONLY_SETTINGS: tuple[str, ...] = (
-    "orchestration",
-    "ingest.workers",
-    "simulator.latency_s",
-    *(f"models.{role}.{field}" for role in ROLES for field in ("max_concurrency", "base_urls", "timeout_s")),
-)
+from lenses_data.runlock import run_directory_lock
 
 
 class RunParameters(BaseModel):
@@ -48,27 +36,13 @@ class RunParameters(BaseModel):
         return config_from_dict(merged, origin=self.config_path or "<defaults>")
 
 
-def shard_cache_key(context: TaskRunContext, inputs: dict[str, Any]) -> str:
-    """Key of a shard task: stage, shard, run dir, the result-relevant config, and output existence.
+@contextlib.contextmanager
+def run_lock(config: PipelineConfig) -> Iterator[None]:
+    """Hold the run directory for this flow run; a second live run on it is refused at once."""
+    from prefect.runtime import flow_run
 
-    The output's existence is part of the key so that deleting a shard's file re-runs the task
-    instead of returning a cached result that points at nothing.
-    """
-    config: PipelineConfig = inputs["config"]
-    stage, shard = inputs["stage_name"], inputs["shard"]
-    run = Path(config.run_dir)
-    payload = {
-        "stage": stage,
-        "shard": shard,
-        "run": str(run.resolve()),
-        "config": config.signature(exclude=SPEED_ONLY_SETTINGS),
-        "output_exists": io.shard_path(run, stage, shard).exists(),
-        "rejections_exist": io.rejection_path(run, stage, shard).exists(),
-    }
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
-
-
-SHARD_CACHE_POLICY: CachePolicy = TASK_SOURCE + CacheKeyFnPolicy(cache_key_fn=shard_cache_key)
+    with run_directory_lock(config.run_dir, flow_run_id=flow_run.get_id()):
+        yield
 
 
 def make_task_runner(config: PipelineConfig):
@@ -79,9 +53,11 @@ def make_task_runner(config: PipelineConfig):
             from prefect_dask import DaskTaskRunner
         except ImportError as error:
             raise RuntimeError("task_runner 'dask' needs `pip install prefect-dask`") from error
-        return (
-            DaskTaskRunner(address=settings.runner_address) if settings.runner_address else DaskTaskRunner()
-        )
+        options = dict(settings.runner_options)
+        if settings.runner_address:  # an existing cluster: the options go to its distributed.Client
+            return DaskTaskRunner(address=settings.runner_address, client_kwargs=options or None)
+        # A temporary LocalCluster: the options are its cluster_kwargs (n_workers, threads_per_worker, ...)
+        return DaskTaskRunner(cluster_kwargs=options or None)
     if settings.task_runner == "ray":
         try:
             from prefect_ray import RayTaskRunner

@@ -1,8 +1,9 @@
 """One Prefect flow per stage: map the stage's `process_shard` over its shards, then `finish`.
 
-Every shard task has explicit retries and the shard cache policy (see flows.common). A shard
-that already has its output on disk is skipped by the stage itself too, so a resumed run does
-not repeat finished work even when Prefect's cache is empty (e.g. a new Prefect server).
+A build is one flow run, its one coordinator: the task runner (threads, or a Dask/Ray cluster)
+hands each shard task to one worker. The outputs on disk decide what is done: a shard whose files
+exist is skipped by the stage itself, and a deleted file is rebuilt. Shard tasks therefore use no
+Prefect cache: a cached result could stand in for a file that no longer exists.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from typing import Any
 
 from prefect import flow, get_run_logger, task, unmapped
 from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
 
-from flows.common import SHARD_CACHE_POLICY, RunParameters, artifact_key, make_task_runner, summary_markdown
+from flows.common import RunParameters, artifact_key, make_task_runner, run_lock, summary_markdown
 from lenses_data.config import PipelineConfig
-from lenses_data.stages.base import ShardStats, process_shard_exclusively, summarize
+from lenses_data.stages.base import ShardStats, log_simulated, summarize
 from lenses_data.stages.registry import build_stage, open_stage
 
 
@@ -23,14 +25,13 @@ from lenses_data.stages.registry import build_stage, open_stage
     retries=2,
     retry_delay_seconds=[2, 10],
     retry_jitter_factor=0.5,
-    cache_policy=SHARD_CACHE_POLICY,
-    persist_result=True,
+    cache_policy=NO_CACHE,
+    persist_result=False,
     task_run_name="{stage_name}-shard-{shard:05d}",
 )
 def process_shard_task(stage_name: str, shard: int, config: PipelineConfig) -> dict[str, Any]:
-    ttl = config.orchestration.claim_ttl_s
     with open_stage(stage_name, config) as stage:
-        return process_shard_exclusively(stage, Path(config.run_dir), shard, ttl).to_dict()
+        return stage.process_shard(Path(config.run_dir), shard).to_dict()
 
 
 @task(retries=1, cache_policy=None, persist_result=False, task_run_name="{stage_name}-finish")
@@ -61,6 +62,7 @@ def run_stage(stage_name: str, config: PipelineConfig) -> dict[str, Any]:
     futures = shard_task.map(unmapped(stage_name), shards, unmapped(config))
     results = [future.result() for future in futures]
     summary = finish_stage_task(stage_name, config, results)
+    log_simulated(summarize(stage_name, [ShardStats(**r) for r in results]), logger)
     create_markdown_artifact(
         key=artifact_key(f"stage-{stage_name}"),
         markdown=summary_markdown(summary),
@@ -92,7 +94,9 @@ def _stage_flow(stage_name: str):
     flow_name = stage_name.replace("_", "-")
 
     def stage_flow(params: RunParameters) -> dict[str, Any]:
-        return run_stage_with_runner(stage_name, params.load())
+        config = params.load()
+        with run_lock(config):
+            return run_stage_with_runner(stage_name, config)
 
     stage_flow.__name__ = f"{stage_name}_flow"
     stage_flow.__doc__ = f"Run the `{stage_name}` stage of the Lenses pipeline over every shard of a run."

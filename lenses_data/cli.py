@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import pkgutil
 import sys
 from collections.abc import Sequence
@@ -33,7 +34,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Prefect settings the CLI (a process entry point, not library code) sets unless the user did:
+# no telemetry from a dataset build (its failures only add noise to the log on closed networks).
+SAFE_PREFECT_DEFAULTS: dict[str, str] = {
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "DO_NOT_TRACK": "1",
+}
+
+
+def apply_safe_prefect_defaults(environ: dict[str, str] | None = None) -> None:
+    target = os.environ if environ is None else environ
+    for name, value in SAFE_PREFECT_DEFAULTS.items():
+        target.setdefault(name, value)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    apply_safe_prefect_defaults()
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(

@@ -89,12 +89,14 @@ def handle_stage(args: argparse.Namespace) -> int:
 
     from lenses_data.config import ConfigError
     from lenses_data.io import StageIncompleteError
+    from lenses_data.runlock import RunDirectoryInUse, run_directory_lock
     from lenses_data.stages.base import run_stage_locally
     from lenses_data.stages.registry import open_stage
 
     with contextlib.ExitStack() as stack:
         try:
             config = _load(args)
+            stack.enter_context(run_directory_lock(config.run_dir))
             if args.simulate:
                 config = _simulated(config, stack)
                 print("SIMULATED: model answers come from the built-in simulator", file=sys.stderr)
@@ -103,6 +105,9 @@ def handle_stage(args: argparse.Namespace) -> int:
         except (ConfigError, StageIncompleteError, FileNotFoundError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
+        except RunDirectoryInUse as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 3
     print(json.dumps(summary, indent=1, sort_keys=True, default=str))
     return 0
 

@@ -49,6 +49,7 @@ def _default_sample_config() -> str | None:
 
 def handle(args: argparse.Namespace) -> int:
     from flows.build import BuildParameters, build_dataset
+    from lenses_data.runlock import RunDirectoryInUse
 
     config_path = args.config or (_default_sample_config() if args.sample else None)
     params = BuildParameters(
@@ -58,7 +59,11 @@ def handle(args: argparse.Namespace) -> int:
         simulate=args.sample or args.simulate,
         stop_after=args.stop_after,
     )
-    result = build_dataset(params)
+    try:
+        result = build_dataset(params)
+    except RunDirectoryInUse as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 3
     run_dir = Path(result["run_dir"]).resolve()
     print(
         json.dumps(

@@ -79,13 +79,23 @@ class RetryConfig(Section):
 
 
 class JournalConfig(Section):
+    """Per-shard answer journals (RUN/journal/<stage>/part-NNNNN.jsonl), one writer per file."""
+
     enabled: bool = True
-    backend: Literal["sqlite", "jsonl"] = "sqlite"
     fsync: bool = Field(
         default=False,
         description="fsync every commit (survives power loss); off still survives a process kill",
     )
     reuse_failed: bool = Field(default=False, description="Replay final failures instead of re-asking")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_backend(cls, data: Any) -> Any:
+        # `backend: sqlite|jsonl` chose a run-wide journal file; journals are per shard now. Older
+        # configs that still name it keep loading (the key no longer selects anything).
+        if isinstance(data, dict) and "backend" in data:
+            data = {k: v for k, v in data.items() if k != "backend"}
+        return data
 
 
 def _default_role(role: str) -> RoleConfig:

@@ -17,13 +17,13 @@ class OrchestrationConfig(BaseModel):
     runner_address: str | None = Field(None, description="Existing Dask scheduler / Ray cluster address")
     runner_options: dict[str, Any] = Field(
         default_factory=dict,
-        description="Options of a local Dask cluster (cluster_kwargs, e.g. n_workers) or of ray.init",
+        description=(
+            "dask: cluster_kwargs of a temporary LocalCluster (e.g. n_workers, threads_per_worker), or "
+            "client_kwargs with runner_address; ray: options of ray.init"
+        ),
     )
     task_retries: int = Field(2, ge=0, description="Prefect retries of a failed shard task")
     retry_delay_s: float = Field(10.0, ge=0)
-    claim_ttl_s: float = Field(
-        600.0, gt=0, description="A shard lease without a heartbeat for this long is stale (its worker died)"
-    )
     train_deployment: str | None = Field(
         None, description="Deployment to hand off to after export, e.g. 'train-retriever/h200x8'"
     )

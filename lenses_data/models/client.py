@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import os
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from lenses_data.models import types as codes
 from lenses_data.models.calls import RoleRuntime, run_one
 from lenses_data.models.committer import GroupCommitter
 from lenses_data.models.endpoints import Endpoint, EndpointPool, make_endpoint
-from lenses_data.models.journal import Journal, JournalEntry, open_journal, usage_totals
+from lenses_data.models.journal import Journal, JournalEntry, LegacyJournal, ShardJournal, usage_totals
 from lenses_data.models.keys import resolve_api_key
 from lenses_data.models.progress import Progress, reporting
 from lenses_data.models.types import AnswerError, ModelRequest, ModelResult
@@ -32,23 +33,52 @@ log = logging.getLogger("lenses_data.models")
 
 
 class ModelClient:
-    def __init__(self, config: ModelsConfig, journal: Journal | None = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        config: ModelsConfig,
+        journal: Journal | None = None,
+        seed: int = 0,
+        journal_root: Path | None = None,
+    ) -> None:
         self.config = config
         self.journal = journal
+        # RUN/journal: where per-shard journals go (see `shard_journal`); None: no journaling.
+        self.journal_root = journal_root
+        self._legacy: LegacyJournal | None = None
         self._rng = random.Random(seed)
         self._keys: dict[str, str] = {}
         self.last_progress: Progress | None = None
+        self.simulated_answers = 0  # answers from the lenses simulator over this client's life
 
     @classmethod
     def from_config(
         cls, models_config: ModelsConfig, journal_dir: str | os.PathLike[str] | None = None
     ) -> ModelClient:
-        """Client with the journal under `journal_dir` (e.g. RUN/"journal") when enabled."""
-        journal = None
-        settings = models_config.journal
-        if settings.enabled and journal_dir is not None:
-            journal = open_journal(Path(journal_dir), settings.backend, settings.fsync)
-        return cls(models_config, journal)
+        """Client whose shards journal under `journal_dir` (e.g. RUN/"journal") when enabled."""
+        enabled = models_config.journal.enabled and journal_dir is not None
+        return cls(models_config, journal_root=Path(journal_dir) if enabled else None)
+
+    @contextlib.contextmanager
+    def shard_journal(self, path: Path) -> Iterator[None]:
+        """Journal every answer of the block to `path`, the one file of the shard being processed.
+
+        The task that owns a shard is the only writer of its file; older single-file journals of
+        the run are read as a fallback. Without a journal root (journal disabled) this does nothing.
+        """
+        if self.journal_root is None:
+            yield
+            return
+        if self.journal is not None:
+            raise RuntimeError("a shard journal is already open on this client: one shard at a time")
+        if self._legacy is None:
+            self._legacy = LegacyJournal(self.journal_root)
+        fallback = [self._legacy] if self._legacy else []
+        self.journal = ShardJournal(path, self.config.journal.fsync, fallback)
+        try:
+            yield
+        finally:
+            journal, self.journal = self.journal, None
+            journal.close()
 
     def close(self) -> None:
         if self.journal is not None:
@@ -107,6 +137,7 @@ class ModelClient:
                 await runtime.pool.close()
             if committer is not None:
                 committer.close()
+        self.simulated_answers += progress.simulated
         missing = [i for i, r in enumerate(results) if r is None]
         if missing:  # a bug, not a model failure: say so instead of returning holes
             raise RuntimeError(f"model client lost {len(missing)} results (first index {missing[0]})")

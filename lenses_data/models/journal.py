@@ -2,9 +2,16 @@
 
 Keyed by the request hash (model id, rendered messages, image content hash, sampling, schema),
 so a rerun replays answered requests instead of paying for them again, and a kill loses at most
-the requests in flight. Two backends: SQLite in WAL mode (one commit per answer; default) and
-append-only JSONL (one file per process, flushed per answer). `fsync=True` also survives power
-loss; without it the OS page cache holds each write, which already survives a process kill.
+the requests in flight.
+
+One journal file per stage and shard, `RUN/journal/<stage>/part-00042.jsonl`, written only by the
+task that owns that shard: no file is ever written by two processes or two hosts, so the journal is
+safe on NFS or Lustre (SQLite's WAL mode, used before, needs shared memory on one host). Entries are
+appended as JSON lines and flushed per answer; `fsync=True` also survives power loss. A torn last
+line (killed mid-write) is skipped, and a success is never overwritten by a later failure.
+
+Journals of older runs (`RUN/journal/answers.sqlite`, `RUN/journal/answers-*.jsonl`) stay readable
+through `LegacyJournal`, opened read-only.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -48,107 +55,59 @@ class Journal(Protocol):
     def close(self) -> None: ...
 
 
-_COLUMNS = tuple(JournalEntry.__dataclass_fields__)
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS answers (
-    hash TEXT PRIMARY KEY, key TEXT, role TEXT, model TEXT, status TEXT, raw TEXT,
-    error_code TEXT, error_message TEXT, attempts INTEGER, usage TEXT, simulated INTEGER, created REAL
-)"""
+def _prefer(current: JournalEntry | None, entry: JournalEntry) -> bool:
+    """Whether `entry` should replace `current`: a success is never replaced by a failure."""
+    return current is None or current.status != "ok" or entry.status == "ok"
 
 
-class SqliteJournal:
-    """One row per request hash; INSERT OR REPLACE so a later success replaces a failure.
-    Reads use their own connection (WAL readers never wait for a writer's fsync)."""
+def _load_jsonl(path: Path, index: dict[str, JournalEntry]) -> None:
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                entry = JournalEntry(**json.loads(line))
+            except (json.JSONDecodeError, TypeError):
+                continue  # torn write from a killed process
+            if _prefer(index.get(entry.hash), entry):
+                index[entry.hash] = entry
 
-    def __init__(self, path: Path, fsync: bool = False) -> None:
+
+def _ends_torn(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        if handle.tell() == 0:
+            return False
+        handle.seek(-1, os.SEEK_END)
+        return handle.read(1) != b"\n"
+
+
+class ShardJournal:
+    """The journal of one shard: one append-only JSON-lines file, owned by the task of that shard.
+
+    `fallback` journals (read-only, e.g. an older run's) answer `get` for hashes this file lacks.
+    """
+
+    def __init__(self, path: Path, fsync: bool = False, fallback: Sequence[Journal] = ()) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        # Several shard workers may share one run's journal: wait for the write lock, never fail.
-        self._db = sqlite3.connect(path, timeout=60.0, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(f"PRAGMA synchronous={'FULL' if fsync else 'NORMAL'}")
-        self._db.execute(_SCHEMA)
-        self._reader = sqlite3.connect(path, timeout=60.0, check_same_thread=False, isolation_level=None)
-        self._lock = threading.Lock()
-        self._read_lock = threading.Lock()
-
-    def get(self, request_hash: str) -> JournalEntry | None:
-        with self._read_lock:
-            row = self._reader.execute("SELECT * FROM answers WHERE hash = ?", (request_hash,)).fetchone()
-        return _row_entry(row) if row else None
-
-    def put(self, entry: JournalEntry) -> None:
-        self.put_many([entry])
-
-    def put_many(self, entries: list[JournalEntry]) -> None:
-        """All entries in one committed transaction (one fsync with fsync=True)."""
-        marks = ",".join("?" for _ in _COLUMNS)
-        rows = [_entry_row(entry) for entry in entries]
-        with self._lock:
-            if len(rows) == 1:  # autocommit: the statement is its own transaction
-                self._db.execute(f"INSERT OR REPLACE INTO answers VALUES ({marks})", rows[0])
-                return
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._db.executemany(f"INSERT OR REPLACE INTO answers VALUES ({marks})", rows)
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
-
-    def entries(self) -> Iterator[JournalEntry]:
-        with self._read_lock:
-            rows = self._reader.execute("SELECT * FROM answers ORDER BY created").fetchall()
-        return (_row_entry(row) for row in rows)
-
-    def close(self) -> None:
-        with self._lock, self._read_lock:
-            self._db.close()
-            self._reader.close()
-
-
-def _entry_row(entry: JournalEntry) -> list[object]:
-    values = asdict(entry)
-    values["usage"] = json.dumps(entry.usage)
-    values["simulated"] = int(entry.simulated)
-    return [values[c] for c in _COLUMNS]
-
-
-def _row_entry(row: tuple) -> JournalEntry:
-    data = dict(zip(_COLUMNS, row, strict=True))
-    data["usage"] = json.loads(data["usage"] or "{}")
-    data["simulated"] = bool(data["simulated"])
-    return JournalEntry(**data)
-
-
-class JsonlJournal:
-    """Append-only JSON lines; this process writes its own file, all files are read at open.
-    A torn last line (killed mid-write) is skipped; the latest entry per hash wins."""
-
-    def __init__(self, directory: Path, fsync: bool = False) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        self.directory = directory
         self._fsync = fsync
+        self._fallback = tuple(fallback)
         self._index: dict[str, JournalEntry] = {}
-        for path in sorted(directory.glob("answers-*.jsonl")):
-            self._load(path)
-        name = f"answers-{os.getpid()}-{int(time.time() * 1000)}.jsonl"
-        self._file = open(directory / name, "a", encoding="utf-8")  # noqa: SIM115 - kept open for appends
+        if path.exists():
+            _load_jsonl(path, self._index)
+        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for appends
+        if _ends_torn(path):  # a killed writer left half a line: end it, or the next entry joins it
+            self._file.write("\n")
         self._lock = threading.Lock()
 
-    def _load(self, path: Path) -> None:
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                try:
-                    entry = JournalEntry(**json.loads(line))
-                except (json.JSONDecodeError, TypeError):
-                    continue  # torn write from a killed process
-                current = self._index.get(entry.hash)
-                if current is None or current.status != "ok" or entry.status == "ok":
-                    self._index[entry.hash] = entry
-
     def get(self, request_hash: str) -> JournalEntry | None:
-        return self._index.get(request_hash)
+        entry = self._index.get(request_hash)
+        if entry is not None and entry.status == "ok":
+            return entry
+        for older in self._fallback:
+            found = older.get(request_hash)
+            if found is not None and _prefer(entry, found):
+                entry = found
+        return entry
 
     def put(self, entry: JournalEntry) -> None:
         self.put_many([entry])
@@ -161,7 +120,8 @@ class JsonlJournal:
             if self._fsync:
                 os.fsync(self._file.fileno())
             for entry in entries:
-                self._index[entry.hash] = entry
+                if _prefer(self._index.get(entry.hash), entry):
+                    self._index[entry.hash] = entry
 
     def entries(self) -> Iterator[JournalEntry]:
         return iter(list(self._index.values()))
@@ -171,19 +131,79 @@ class JsonlJournal:
             self._file.close()
 
 
-def open_journal(directory: str | os.PathLike[str], backend: str = "sqlite", fsync: bool = False) -> Journal:
-    root = Path(directory)
-    if backend == "sqlite":
-        return SqliteJournal(root / "answers.sqlite", fsync=fsync)
-    if backend == "jsonl":
-        return JsonlJournal(root, fsync=fsync)
-    raise ValueError(f"unknown journal backend {backend!r}")
+_LEGACY_COLUMNS = tuple(JournalEntry.__dataclass_fields__)
 
 
-def usage_totals(journal: Journal) -> dict[str, dict[str, int]]:
-    """Token usage per model over the journal (cost accounting)."""
+class LegacyJournal:
+    """Read-only view of the single-file journals of older runs in `RUN/journal/`."""
+
+    def __init__(self, root: Path) -> None:
+        self._index: dict[str, JournalEntry] = {}
+        for path in sorted(root.glob("answers-*.jsonl")):
+            _load_jsonl(path, self._index)
+        database = root / "answers.sqlite"
+        if database.exists():
+            self._load_sqlite(database)
+
+    def _load_sqlite(self, database: Path) -> None:
+        connection = sqlite3.connect(f"file:{database}?mode=ro", uri=True)
+        try:
+            rows = connection.execute("SELECT * FROM answers").fetchall()
+        finally:
+            connection.close()
+        for row in rows:
+            data = dict(zip(_LEGACY_COLUMNS, row, strict=True))
+            data["usage"] = json.loads(data["usage"] or "{}")
+            data["simulated"] = bool(data["simulated"])
+            entry = JournalEntry(**data)
+            if _prefer(self._index.get(entry.hash), entry):
+                self._index[entry.hash] = entry
+
+    def __bool__(self) -> bool:
+        return bool(self._index)
+
+    def get(self, request_hash: str) -> JournalEntry | None:
+        return self._index.get(request_hash)
+
+    def put(self, entry: JournalEntry) -> None:
+        raise TypeError("legacy journals are read-only")
+
+    def put_many(self, entries: list[JournalEntry]) -> None:
+        raise TypeError("legacy journals are read-only")
+
+    def entries(self) -> Iterator[JournalEntry]:
+        return iter(list(self._index.values()))
+
+    def close(self) -> None:
+        return None
+
+
+JOURNAL_DIR = "journal"
+
+
+def shard_journal_path(run: str | os.PathLike[str], stage: str, shard: int) -> Path:
+    """`RUN/journal/<stage>/part-00042.jsonl`: the one file the task of that shard writes."""
+    return Path(run) / JOURNAL_DIR / stage / f"part-{shard:05d}.jsonl"
+
+
+def read_run_journal(run: str | os.PathLike[str]) -> Iterator[JournalEntry]:
+    """Every entry of a run: all per-shard files plus any legacy journal, one (best) entry per hash."""
+    root = Path(run) / JOURNAL_DIR
+    index: dict[str, JournalEntry] = {}
+    for path in sorted(root.glob("*/part-*.jsonl")):
+        _load_jsonl(path, index)
+    if root.exists():
+        for entry in LegacyJournal(root).entries():
+            if _prefer(index.get(entry.hash), entry):
+                index[entry.hash] = entry
+    return iter(list(index.values()))
+
+
+def usage_totals(journal: Journal | Iterable[JournalEntry]) -> dict[str, dict[str, int]]:
+    """Token usage per model over a journal or a run's entries (cost accounting)."""
     totals: dict[str, dict[str, int]] = {}
-    for entry in journal.entries():
+    entries = journal.entries() if hasattr(journal, "entries") else journal
+    for entry in entries:
         bucket = totals.setdefault(entry.model, {"requests": 0})
         bucket["requests"] += 1
         for name, count in entry.usage.items():

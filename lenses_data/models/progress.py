@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 log = logging.getLogger("lenses_data.models")
 
 SIMULATED_BANNER = (
-    "!!! SIMULATED ANSWERS: {n} of {total} results came from the lenses simulator, not a real model. "
+    "!!! SIMULATED ANSWERS: {n} model answers came from the lenses simulator, not a real model. "
     "Outputs of this run are for testing only. !!!"
 )
 
@@ -47,9 +47,14 @@ class Progress:
             log.info(self.line())
 
     def finish(self) -> None:
-        log.info("done: " + self.line())
-        if self.simulated:
-            log.warning(SIMULATED_BANNER.format(n=self.simulated, total=self.total))
+        # The loud SIMULATED banner is logged once per stage by its runner (see `simulated_banner`),
+        # not once per batch: here the count is part of the progress line.
+        suffix = f", simulated {self.simulated}" if self.simulated else ""
+        log.info("done: " + self.line() + suffix)
+
+
+def simulated_banner(simulated: int) -> str:
+    return SIMULATED_BANNER.format(n=simulated)
 
 
 @contextlib.asynccontextmanager

@@ -7,6 +7,7 @@ around a pure `process_shard(df, client, config) -> (records_df, rejections_df)`
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -17,6 +18,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel
 
 from lenses_data import io
+from lenses_data.models.journal import shard_journal_path
 from lenses_data.schemas import LensText, Rejection, SplitAssignment, column_names
 from lenses_data.stages.base import ShardStats, input_shard_indices, shard_done, summarize
 
@@ -131,9 +133,12 @@ class ShardedStage:
         if shard_done(run, self.name, shard):
             return self.recount(run, shard)
         frame = self.load_input(run, shard)
-        records, rejected = self.transform(run, shard, frame)
+        simulated_before = getattr(self.client, "simulated_answers", 0)
+        with self.shard_journal(run, shard):
+            records, rejected = self.transform(run, shard, frame)
         io.write_shard(run, self.name, shard, records, self.model)
         io.write_rejections(run, self.name, shard, rejected)
+        simulated = getattr(self.client, "simulated_answers", 0) - simulated_before
         return ShardStats(
             self.name,
             shard,
@@ -141,7 +146,15 @@ class ShardedStage:
             records_out=len(records),
             rejected=len(rejected),
             reasons=dict(Counter(rejected["reason"])) if len(rejected) else {},
+            extra={"simulated_answers": simulated} if simulated else {},
         )
+
+    def shard_journal(self, run: Path, shard: int) -> contextlib.AbstractContextManager[None]:
+        """The model client journals this shard's answers to its own file (model stages only)."""
+        opener = getattr(self.client, "shard_journal", None)
+        if opener is None:
+            return contextlib.nullcontext()
+        return opener(shard_journal_path(run, self.name, shard))
 
     def recount(self, run: Path, shard: int) -> ShardStats:
         """Stats of a shard finished earlier, read back from its files (so resumed totals are right)."""

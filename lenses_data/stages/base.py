@@ -87,7 +87,17 @@ def summarize(stage: str, stats: list[ShardStats]) -> dict[str, Any]:
         "records_out": sum(s.records_out for s in stats),
         "rejected": sum(s.rejected for s in stats),
         "reasons": dict(sorted(reasons.items())),
+        "simulated_answers": sum(int(s.extra.get("simulated_answers", 0)) for s in stats),
     }
+
+
+def log_simulated(summary: dict[str, Any], logger: logging.Logger | logging.LoggerAdapter = log) -> None:
+    """One loud banner per stage whose model answers came from the simulator."""
+    from lenses_data.models.progress import simulated_banner
+
+    simulated = int(summary.get("simulated_answers") or 0)
+    if simulated:
+        logger.warning("%s: %s", summary.get("stage"), simulated_banner(simulated))
 
 
 def run_stage_locally(
@@ -113,26 +123,6 @@ def run_stage_locally(
         )
         if progress:
             progress(result)
-    return stage.finish(run, shards, stats)
-
-
-def process_shard_exclusively(
-    stage: Stage, run: Path, shard: int, ttl_s: float, poll_s: float = 2.0
-) -> ShardStats:
-    """Process a shard unless another worker is doing it; then wait until it is done (or its lease dies).
-
-    This is what lets several workers on several nodes run the same stage of the same run: each
-    shard is processed once, and every worker returns only when all the shards it was given are done.
-    """
-    from lenses_data.claims import shard_lease
-
-    while True:
-        if shard_done(run, stage.name, shard):
-            return ShardStats(stage=stage.name, shard=shard, skipped=True)
-        with shard_lease(run, stage.name, shard, ttl_s) as held:
-            # Check again under the lease: the previous holder may have finished just before we took it.
-            if held and shard_done(run, stage.name, shard):
-                return ShardStats(stage=stage.name, shard=shard, skipped=True)
-            if held:
-                return stage.process_shard(run, shard)
-        time.sleep(poll_s)
+    summary = stage.finish(run, shards, stats)
+    log_simulated(summarize(stage.name, stats))
+    return summary

@@ -1,43 +1,21 @@
-"""The shard cache key and the run parameters of the flows."""
+"""Shard tasks are not cached; the run parameters and markdown of the flows."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
-from flows.common import RunParameters, artifact_key, funnel_markdown, shard_cache_key, summary_markdown
-from lenses_data import io
-from lenses_data.config import ConfigError, config_from_dict
-from lenses_data.schemas import Rejection
+from flows.common import RunParameters, artifact_key, funnel_markdown, summary_markdown
+from lenses_data.config import ConfigError
 
 
-def _key(config, stage="filter", shard=3):
-    return shard_cache_key(SimpleNamespace(), {"stage_name": stage, "shard": shard, "config": config})
+def test_shard_tasks_use_no_prefect_cache():
+    """Outputs on disk decide what is done: a cached result must never stand in for a deleted file."""
+    from prefect.cache_policies import NO_CACHE
 
+    from flows.stages import process_shard_task
 
-def test_key_ignores_speed_settings_but_not_result_settings(tmp_path):
-    base = config_from_dict({"run_dir": str(tmp_path)}, environ={})
-    faster = config_from_dict({"run_dir": str(tmp_path), "orchestration": {"max_workers": 16}}, environ={})
-    other = config_from_dict({"run_dir": str(tmp_path), "dedupe": {"hamming_radius": 3}}, environ={})
-    assert _key(base) == _key(faster)
-    assert _key(base) != _key(other)
-    assert _key(base, shard=3) != _key(base, shard=4)
-    assert _key(base, stage="filter") != _key(base, stage="generate")
-
-
-def test_key_changes_when_the_output_appears_or_disappears(tmp_path):
-    config = config_from_dict({"run_dir": str(tmp_path)}, environ={})
-    missing = _key(config, stage="rules", shard=0)
-    io.write_shard(tmp_path, "rules", 0, [], Rejection)
-    io.write_rejections(tmp_path, "rules", 0, [])
-    present = _key(config, stage="rules", shard=0)
-    assert present != missing
-    io.shard_path(tmp_path, "rules", 0).unlink()
-    half = _key(config, stage="rules", shard=0)
-    assert half not in (missing, present)
-    io.rejection_path(tmp_path, "rules", 0).unlink()
-    assert _key(config, stage="rules", shard=0) == missing
+    assert process_shard_task.cache_policy is NO_CACHE
+    assert process_shard_task.persist_result is False
 
 
 def test_run_parameters_merge_overrides_and_run_dir(tmp_path):

@@ -1,10 +1,11 @@
 """Worker process for the kill test: runs one batch against the simulator with a journal and
-prints a JSON summary of the results. Usage: journal_worker.py BASE_URL JOURNAL_DIR BACKEND N"""
+prints a JSON summary of the results. Usage: journal_worker.py BASE_URL JOURNAL_FILE N"""
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from lenses_data.models.client import ModelClient, ModelRequest
 from lenses_data.models.parsing import parse_choice
@@ -12,10 +13,9 @@ from lenses_data.models.testing import sim_models_config
 
 
 def main() -> None:
-    url, journal_dir, backend, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    url, journal_file, count = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
     config = sim_models_config([url], timeout_s=5.0, concurrency=8)
-    config = config.model_copy(update={"journal": config.journal.model_copy(update={"backend": backend})})
-    client = ModelClient.from_config(config, journal_dir=journal_dir)
+    client = ModelClient.from_config(config, journal_dir=journal_file.parent)
     requests = [
         ModelRequest(
             key=f"filter:{i:05d}",
@@ -26,7 +26,8 @@ def main() -> None:
         )
         for i in range(count)
     ]
-    results = client.run_sync(requests, parse_choice(["YES", "NO"]))
+    with client.shard_journal(journal_file):
+        results = client.run_sync(requests, parse_choice(["YES", "NO"]))
     client.close()
     summary = {
         "n": len(results),

@@ -1,17 +1,25 @@
-"""The response journal: both backends persist, replay answered requests, re-ask failures, keep
-usage for cost accounting, and never replay simulated answers against a real model."""
+"""The per-shard response journal persists, replays answered requests, re-asks failures, keeps usage
+for cost accounting, never lets a failure overwrite a success, reads older single-file journals, and
+never replays simulated answers against a real model."""
 
 from __future__ import annotations
 
+import json
 import random
+from dataclasses import asdict
 from pathlib import Path
-
-import pytest
 
 from lenses_data.models import types as codes
 from lenses_data.models.calls import RoleRuntime, _replay
 from lenses_data.models.client import ModelClient, ModelRequest
-from lenses_data.models.journal import JournalEntry, open_journal, usage_totals
+from lenses_data.models.journal import (
+    JournalEntry,
+    LegacyJournal,
+    ShardJournal,
+    read_run_journal,
+    shard_journal_path,
+    usage_totals,
+)
 from lenses_data.models.parsing import parse_choice
 from lenses_data.models.testing import sim_models_config, sim_stats
 
@@ -29,30 +37,85 @@ def _entry(h: str, status: str = "ok", raw: str = "YES", simulated: bool = False
     )
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "jsonl"])
-def test_entries_persist_across_reopen_and_success_replaces_failure(tmp_path: Path, backend: str) -> None:
-    journal = open_journal(tmp_path, backend)
+def test_entries_persist_across_reopen_and_success_replaces_failure(tmp_path: Path) -> None:
+    path = shard_journal_path(tmp_path, "filter", 3)
+    assert path == tmp_path / "journal" / "filter" / "part-00003.jsonl"
+    journal = ShardJournal(path)
     journal.put(_entry("a", status="failed", raw="MAYBE"))
     journal.put(_entry("a"))
     journal.put(_entry("b"))
     journal.close()
-    reopened = open_journal(tmp_path, backend)
+    reopened = ShardJournal(path)
     assert reopened.get("a").status == "ok" and reopened.get("a").raw == "YES"
     assert reopened.get("missing") is None
     assert usage_totals(reopened) == {"m": {"requests": 2, "prompt_tokens": 6, "completion_tokens": 2}}
     reopened.close()
 
 
-def test_jsonl_skips_a_torn_last_line(tmp_path: Path) -> None:
-    journal = open_journal(tmp_path, "jsonl")
+def test_a_later_failure_never_overwrites_a_success(tmp_path: Path) -> None:
+    path = shard_journal_path(tmp_path, "filter", 0)
+    journal = ShardJournal(path)
+    journal.put(_entry("a"))
+    journal.put(_entry("a", status="failed", raw="MAYBE"))
+    assert journal.get("a").status == "ok"  # in memory
+    journal.close()
+    reopened = ShardJournal(path)
+    assert reopened.get("a").status == "ok" and reopened.get("a").raw == "YES"  # and on reload
+    reopened.close()
+
+
+def test_torn_last_line_is_skipped(tmp_path: Path) -> None:
+    path = shard_journal_path(tmp_path, "filter", 0)
+    journal = ShardJournal(path)
     journal.put(_entry("a"))
     journal.close()
-    (path,) = tmp_path.glob("answers-*.jsonl")
     with open(path, "a") as handle:
         handle.write('{"hash": "b", "key": "k-b", "ro')  # killed mid-write
-    reopened = open_journal(tmp_path, "jsonl")
+    reopened = ShardJournal(path)
     assert reopened.get("a") is not None and reopened.get("b") is None
+    reopened.put(_entry("c"))  # appends after the torn line stay readable
     reopened.close()
+    again = ShardJournal(path)
+    assert again.get("c") is not None
+    again.close()
+
+
+def _legacy_sqlite(root: Path, entries: list[JournalEntry]) -> None:
+    """A journal as older runs wrote it: RUN/journal/answers.sqlite, WAL mode."""
+    import json
+    import sqlite3
+    from dataclasses import asdict
+
+    root.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(root / "answers.sqlite")
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute(
+        "CREATE TABLE answers (hash TEXT PRIMARY KEY, key TEXT, role TEXT, model TEXT, status TEXT, "
+        "raw TEXT, error_code TEXT, error_message TEXT, attempts INTEGER, usage TEXT, simulated INTEGER, "
+        "created REAL)"
+    )
+    for entry in entries:
+        row = asdict(entry)
+        row["usage"], row["simulated"] = json.dumps(entry.usage), int(entry.simulated)
+        db.execute("INSERT INTO answers VALUES (" + ",".join("?" * len(row)) + ")", list(row.values()))
+    db.commit()
+    db.close()
+
+
+def test_older_run_journals_stay_readable(tmp_path: Path) -> None:
+    root = tmp_path / "journal"
+    _legacy_sqlite(root, [_entry("old-ok"), _entry("old-failed", status="failed", raw="MAYBE")])
+    (root / "answers-123-456.jsonl").write_text(json.dumps(asdict(_entry("old-jsonl"))) + "\n")
+    legacy = LegacyJournal(root)
+    shard = ShardJournal(shard_journal_path(tmp_path, "filter", 0), fallback=[legacy])
+    assert shard.get("old-ok").raw == "YES" and shard.get("old-jsonl") is not None
+    shard.put(_entry("old-failed"))  # answered again in this run: the new success wins
+    assert shard.get("old-failed").status == "ok"
+    shard.put(_entry("new"))
+    shard.close()
+    every = {entry.hash: entry.status for entry in read_run_journal(tmp_path)}
+    assert every == {"old-ok": "ok", "old-failed": "ok", "old-jsonl": "ok", "new": "ok"}
+    assert usage_totals(read_run_journal(tmp_path))["m"]["requests"] == 4
 
 
 def test_rerun_replays_answers_and_reasks_failures(simulator, tmp_path: Path) -> None:
@@ -61,13 +124,16 @@ def test_rerun_replays_answers_and_reasks_failures(simulator, tmp_path: Path) ->
         for i in range(20)
     ]
     parse = parse_choice(["YES", "NO"])
+    path = shard_journal_path(tmp_path, "filter", 0)
     with simulator(faults={"schema_invalid": 0.3}, seed=9) as url:
-        client = ModelClient.from_config(sim_models_config([url], max_reasks=0), journal_dir=tmp_path)
-        first = client.run_sync(requests, parse)
+        client = ModelClient.from_config(sim_models_config([url], max_reasks=0), journal_dir=path.parent)
+        with client.shard_journal(path):
+            first = client.run_sync(requests, parse)
         failed = {r.key for r in first if not r.ok}
         assert failed and all(r.error_code == codes.INVALID_CHOICE for r in first if not r.ok)
         calls_before = sim_stats(url)["total_calls"]
-        second = client.run_sync(requests, parse)
+        with client.shard_journal(path):  # a rerun of the shard, e.g. after a crash
+            second = client.run_sync(requests, parse)
         client.close()
         new_calls = sim_stats(url)["total_calls"] - calls_before
     assert new_calls == len(failed)  # only the failures were asked again
@@ -77,7 +143,7 @@ def test_rerun_replays_answers_and_reasks_failures(simulator, tmp_path: Path) ->
 
 
 def test_simulated_answers_are_not_replayed_against_a_real_endpoint(tmp_path: Path) -> None:
-    journal = open_journal(tmp_path, "sqlite")
+    journal = ShardJournal(shard_journal_path(tmp_path, "filter", 0))
     journal.put(_entry("h", simulated=True))
     config = sim_models_config(["http://127.0.0.1:9/v1"])
     runtime = RoleRuntime(
@@ -100,20 +166,19 @@ def test_simulated_answers_are_not_replayed_against_a_real_endpoint(tmp_path: Pa
     journal.close()
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "jsonl"])
-def test_fsync_group_commit_journals_every_answer(sim_url: str, tmp_path: Path, backend: str) -> None:
+def test_fsync_group_commit_journals_every_answer(sim_url: str, tmp_path: Path) -> None:
     config = sim_models_config([sim_url], concurrency=32)
-    config = config.model_copy(
-        update={"journal": config.journal.model_copy(update={"fsync": True, "backend": backend})}
-    )
+    config = config.model_copy(update={"journal": config.journal.model_copy(update={"fsync": True})})
     requests = [
         ModelRequest(key=f"g{i}", role="filter", text="?", after_image_text=str(i), choice=["YES", "NO"])
         for i in range(60)
     ]
-    client = ModelClient.from_config(config, journal_dir=tmp_path)
-    results = client.run_sync(requests, parse_choice(["YES", "NO"]))
+    path = shard_journal_path(tmp_path, "filter", 0)
+    client = ModelClient.from_config(config, journal_dir=path.parent)
+    with client.shard_journal(path):
+        results = client.run_sync(requests, parse_choice(["YES", "NO"]))
     client.close()
-    journal = open_journal(tmp_path, backend)
+    journal = ShardJournal(path)
     stored = {e.key: e.raw for e in journal.entries()}
     journal.close()
     assert stored == {r.key: r.raw for r in results} and all(r.ok for r in results)

@@ -5,47 +5,34 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import pytest
-
-from lenses_data.models.journal import open_journal
+from lenses_data.models.journal import ShardJournal
 from lenses_data.models.testing import sim_stats
 
 WORKER = Path(__file__).with_name("journal_worker.py")
 N = 240
 
 
-def _journaled(journal_dir: Path, backend: str) -> int:
-    if backend == "sqlite":
-        db = journal_dir / "answers.sqlite"
-        if not db.exists():
-            return 0
-        try:
-            with sqlite3.connect(db, timeout=5) as conn:
-                return conn.execute("SELECT COUNT(*) FROM answers").fetchone()[0]
-        except sqlite3.OperationalError:
-            return 0  # table not created yet
-    return sum(len(p.read_text().splitlines()) for p in journal_dir.glob("answers-*.jsonl"))
+def _journaled(journal_file: Path) -> int:
+    return len(journal_file.read_text().splitlines()) if journal_file.exists() else 0
 
 
-def _worker(url: str, journal_dir: Path, backend: str) -> subprocess.Popen[str]:
+def _worker(url: str, journal_file: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[3])}
-    args = [sys.executable, str(WORKER), url, str(journal_dir), backend, str(N)]
+    args = [sys.executable, str(WORKER), url, str(journal_file), str(N)]
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "jsonl"])
-def test_kill_mid_batch_then_rerun_sends_nothing_twice(simulator, tmp_path: Path, backend: str) -> None:
-    journal_dir = tmp_path / "journal"
+def test_kill_mid_batch_then_rerun_sends_nothing_twice(simulator, tmp_path: Path) -> None:
+    journal_file = tmp_path / "journal" / "filter" / "part-00000.jsonl"
     with simulator(latency_s=0.03) as url:
-        first = _worker(url, journal_dir, backend)
+        first = _worker(url, journal_file)
         deadline = time.monotonic() + 60
-        while _journaled(journal_dir, backend) < N // 4:
+        while _journaled(journal_file) < N // 4:
             assert first.poll() is None, f"worker ended before the kill: {first.communicate()}"
             assert time.monotonic() < deadline, "worker made no progress"
             time.sleep(0.02)
@@ -53,12 +40,12 @@ def test_kill_mid_batch_then_rerun_sends_nothing_twice(simulator, tmp_path: Path
         first.wait(timeout=10)
         time.sleep(0.2)  # let requests the dead worker had in flight reach the simulator
         before = sim_stats(url)
-        journal = open_journal(journal_dir, backend)
+        journal = ShardJournal(journal_file)
         answered = {e.key for e in journal.entries() if e.status == "ok"}
         journal.close()
         assert N // 4 <= len(answered) < N, "the kill must land mid-batch"
 
-        second = _worker(url, journal_dir, backend)
+        second = _worker(url, journal_file)
         out, err = second.communicate(timeout=120)
         assert second.returncode == 0, err
         after = sim_stats(url)

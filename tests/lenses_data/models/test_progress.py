@@ -1,4 +1,4 @@
-"""Long batches log progress at intervals, and a simulated run says so loudly at the end."""
+"""Long batches log progress at intervals and count simulated answers; the loud banner is the stage's."""
 
 from __future__ import annotations
 
@@ -26,5 +26,7 @@ def test_progress_lines_and_simulated_banner(simulator, caplog: pytest.LogCaptur
     periodic = [line for line in lines if line.startswith("model requests ")]
     assert len(periodic) >= 2
     assert any("model requests 12/12" in line and "failed 0" in line for line in lines)
-    assert "SIMULATED ANSWERS: 12 of 12" in lines[-1]
+    assert lines[-1].startswith("done: model requests 12/12") and lines[-1].endswith("simulated 12")
+    assert not any("SIMULATED ANSWERS" in line for line in lines)  # once per stage, not per batch
+    assert client.simulated_answers == 12
     assert client.last_progress.calls == sum(r.attempts for r in results) > 12
