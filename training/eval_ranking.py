@@ -165,3 +165,25 @@ def best_positive(
     best_score[seg_rows] = seg_max
     best_col[seg_rows] = seg_col
     return best_score, best_col
+
+
+def all_positive_ranks(block: np.ndarray, pos: Positives, start: int, stop: int) -> np.ndarray:
+    """1-based rank of every positive of every row of a block, in the CSR order of `pos`.
+
+    The rank is the item's position in the row's full ranking (other positives ahead of it
+    count, as in a retrieved list). Loop p handles the (p+1)-th positive of the rows that have
+    one, so the work is (number of positives) x (columns) comparisons, nothing is sorted, and
+    the temporaries stay within one block.
+    """
+    lo = pos.indptr[start]
+    counts = pos.counts[start:stop]
+    offsets = pos.indptr[start:stop] - lo
+    out = np.zeros(pos.indptr[stop] - lo, np.int64)
+    for p in range(int(counts.max()) if counts.size else 0):
+        rows = np.nonzero(counts > p)[0]
+        idx = offsets[rows] + p
+        cols = pos.cols[lo + idx]
+        sub = block if rows.size == len(counts) else block[rows]
+        score = sub[np.arange(rows.size), cols]
+        out[idx] = count_ahead(sub, score, cols) + 1
+    return out

@@ -1,10 +1,12 @@
 """Retrieval metrics of the Lenses paper, computed in bounded memory at full test-set scale.
 
 `retrieval_metrics` turns an ``[n_images, n_captions]`` score matrix into the numbers of main
-Tables 2 and 4 (recall overall and per lens, RSUM, LensCoverage/AllLenses/Lens DCG/Caption
-DCG at 10) and the polysemy metrics of the IMP paper (meanR, medR, mAP@R). One sweep over
-blocks of image rows produces everything; see `training.eval_ranking` for the kernels and
-docs/evaluation.md for the definitions.
+Tables 2, 4 and 6 (recall overall and per lens under the `lens_gallery`/`full_gallery`
+protocols, macro R@K over lenses, RSUM, LensCoverage/AllLenses/Lens DCG/Caption DCG at 10)
+and the polysemy metrics of the IMP paper (meanR and medR of the best positive and of all
+positives, mAP@R). One sweep over blocks of image rows produces everything; see
+`training.eval_ranking` for the kernels and docs/evaluation.md for the definitions. The
+main paper's lens-slot protocol needs slot-level scores: `training.eval_lens_slot`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 
 from training.eval_ranking import (
     Positives,
+    all_positive_ranks,
     best_positive,
     count_ahead,
     gather_pairs,
@@ -30,6 +33,7 @@ LENS_KEYS: tuple[str, ...] = ("literal", "figurative", "abstract", "background",
 N_LENSES = len(LENS_KEYS)
 RSUM_KS = (1, 5, 10)
 Protocol = Literal["lens_gallery", "full_gallery"]
+PROTOCOLS: tuple[str, ...] = ("lens_slot", "lens_gallery", "full_gallery")  # lens_slot: eval_lens_slot
 DEFAULT_CHUNK_BYTES = 256 * 2**20
 
 
@@ -53,7 +57,7 @@ def validate_labels(
     return ci, cl
 
 
-def _check_ks(ks: Sequence[int]) -> tuple[int, ...]:
+def check_ks(ks: Sequence[int]) -> tuple[int, ...]:
     out = tuple(int(k) for k in ks)
     if not out or min(out) < 1:
         raise ValueError(f"ks must be positive integers, got {ks!r}")
@@ -65,6 +69,33 @@ def recall_from_ranks(ranks: np.ndarray, ks: Sequence[int]) -> dict[str, float]:
     if ranks.size == 0:
         return {f"R@{k}": float("nan") for k in ks}
     return {f"R@{k}": float(np.mean(ranks <= k) * 100.0) for k in ks}
+
+
+def rank_summary(ranks: np.ndarray, suffix: str = "") -> dict[str, float]:
+    """meanR and medR of 1-based ranks (NaN when there are none)."""
+    empty = ranks.size == 0
+    return {
+        f"meanR{suffix}": float("nan") if empty else float(np.mean(ranks)),
+        f"medR{suffix}": float("nan") if empty else float(np.median(ranks)),
+    }
+
+
+def macro_recall(metrics: dict[str, float], ks: Sequence[int]) -> dict[str, float]:
+    """Main Table 6's macro R@K: per direction, the unweighted mean of the per-lens R@K.
+
+    Lenses without queries in the split (NaN) are left out; `macro/n_lenses` says how many
+    lenses were averaged (5 on a full split).
+    """
+    out: dict[str, float] = {}
+    n_lenses = 0
+    for direction in ("i2t", "t2i"):
+        for k in ks:
+            values = [metrics[f"{name}/{direction}/R@{k}"] for name in LENS_KEYS]
+            present = [v for v in values if not np.isnan(v)]
+            out[f"macro/{direction}/R@{k}"] = float(np.mean(present)) if present else float("nan")
+            n_lenses = max(n_lenses, len(present))
+    out["macro/n_lenses"] = float(n_lenses)
+    return out
 
 
 class _LensSweep:
@@ -84,6 +115,7 @@ class _LensSweep:
         self.t2i_score = gather_pairs(sim, ci, np.arange(n_captions))
         self.t2i_ahead = np.zeros(n_captions, np.int64)
         self.i2t_rank = np.zeros(n_images, np.int64)  # 0 marks "not a query"
+        self.i2t_all_ranks: list[np.ndarray] = []  # rank of every positive caption (IMP)
         self.lens_rank = np.zeros((N_LENSES, n_images), np.int64)
         self.diversity = DiversityAccumulator(ci, cl, self.lens_counts)
 
@@ -97,6 +129,7 @@ class _LensSweep:
         has = self.pos.counts[start:stop] > 0
         score, col = best_positive(block, self.pos, start, stop)
         self.i2t_rank[start:stop][has] = (count_ahead(block, score, col) + 1)[has]
+        self.i2t_all_ranks.append(all_positive_ranks(block, self.pos, start, stop))
         self._add_lens_ranks(start, stop, block)
         self.diversity.add_block(rows[has], block[has] if not has.all() else block)
 
@@ -128,10 +161,13 @@ class _LensSweep:
                 out[f"{name}/i2t/{key}"] = val
             for key, val in recall_from_ranks(t2i[self.cl == lens], ks).items():
                 out[f"{name}/t2i/{key}"] = val
+        out.update(macro_recall(out, ks))
         out.update(self.diversity.summary())
-        for direction, ranks in (("i2t", i2t), ("t2i", t2i)):
-            out[f"all/{direction}/meanR"] = float(np.mean(ranks))
-            out[f"all/{direction}/medR"] = float(np.median(ranks))
+        # A caption has exactly one positive image, so for t2i "all positives" is the best one.
+        i2t_all = np.concatenate(self.i2t_all_ranks) if self.i2t_all_ranks else np.zeros(0, np.int64)
+        for direction, best, every in (("i2t", i2t, i2t_all), ("t2i", t2i, t2i)):
+            for key, val in {**rank_summary(best), **rank_summary(every, "_allpos")}.items():
+                out[f"all/{direction}/{key}"] = val
         return out
 
 
@@ -152,7 +188,7 @@ def retrieval_metrics(
     """
     if protocol not in ("lens_gallery", "full_gallery"):
         raise ValueError(f"protocol must be 'lens_gallery' or 'full_gallery', got {protocol!r}")
-    ks = _check_ks(ks)
+    ks = check_ks(ks)
     n_images, n_captions = matrix_shape(sim)
     ci, cl = validate_labels(n_images, n_captions, caption_image, caption_lens)
     sweep = _LensSweep(sim, ci, cl, protocol)
@@ -169,23 +205,25 @@ def grouped_retrieval_metrics(
     ks: Sequence[int] = (1, 5, 10),
     max_chunk_bytes: int = DEFAULT_CHUNK_BYTES,
 ) -> dict[str, float]:
-    """R@K (%), meanR, medR and mAP@R (%) for queries whose positives share their group id.
+    """R@K (%), meanR, medR (best positive; `_allpos`: all positives) and mAP@R (%) for queries
+    whose positives share their group id.
 
     Used for text-only prompt<->caption retrieval (group = (image, lens)) and external
     benchmarks. Queries without any positive are left out and counted in `n_skipped`.
     """
-    ks = _check_ks(ks)
+    ks = check_ks(ks)
     n_q, n_g = matrix_shape(sim)
     qg, gg = np.asarray(query_group).ravel(), np.asarray(gallery_group).ravel()
     if len(qg) != n_q or len(gg) != n_g:
         raise ValueError(f"sim is {n_q}x{n_g} but got {len(qg)} query and {len(gg)} gallery groups")
     _, codes = np.unique(np.concatenate([qg, gg]), return_inverse=True)
     pos = Positives.from_groups(codes[:n_q], codes[n_q:])
-    ranks, aps = [], []
+    ranks, aps, every = [], [], []
     for start, stop, block in iter_row_blocks(sim, rows_per_chunk(n_g, max_chunk_bytes)):
         has = pos.counts[start:stop] > 0
         score, col = best_positive(block, pos, start, stop)
         ranks.append((count_ahead(block, score, col) + 1)[has])
+        every.append(all_positive_ranks(block, pos, start, stop))
         rows = np.nonzero(has)[0]
         if rows.size:
             n_pos = pos.counts[start:stop][rows]
@@ -196,8 +234,8 @@ def grouped_retrieval_metrics(
             aps.append(average_precision_at_r(hit, n_pos))
     rank = np.concatenate(ranks) if ranks else np.zeros(0, np.int64)
     out = recall_from_ranks(rank, ks)
-    out["meanR"] = float(rank.mean()) if rank.size else float("nan")
-    out["medR"] = float(np.median(rank)) if rank.size else float("nan")
+    out.update(rank_summary(rank))
+    out.update(rank_summary(np.concatenate(every) if every else np.zeros(0, np.int64), "_allpos"))
     out["mAP@R"] = float(np.concatenate(aps).mean() * 100) if aps else float("nan")
     out["n_queries"] = float(rank.size)
     out["n_skipped"] = float(n_q - rank.size)

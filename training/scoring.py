@@ -158,7 +158,6 @@ def score_lens_slots(
         raise ValueError("img_slot_lens must be [n_img, S] and txt_slots [n_txt, 5, d]")
     floor = -2.0 / denominator - 1.0
     out = np.empty((n_img, n_txt), dtype=np.float32)
-    gu_all = F.normalize(txt_global.float(), dim=-1)
     for i0 in range(0, n_img, image_chunk):
         sl = slice(i0, i0 + image_chunk)
         img = _ImageBlock.build(F.normalize(img_slots[sl].float(), dim=-1), img_slot_lens[sl].long())
@@ -167,8 +166,56 @@ def score_lens_slots(
             tl = slice(t0, t0 + text_chunk)
             u = F.normalize(txt_slots[tl].float(), dim=-1)
             chamfer, has_any = _chamfer_block(img, u, active[tl], alpha, denominator)
-            backup = gv @ gu_all[tl].T if fallback else torch.full_like(chamfer, floor)
+            if fallback:  # text globals normalised per chunk: repeated row-block calls stay bounded
+                backup = gv @ F.normalize(txt_global[tl].float(), dim=-1).T
+            else:
+                backup = torch.full_like(chamfer, floor)
             out[sl, tl] = torch.where(has_any, chamfer, backup).numpy()
+    return out
+
+
+@torch.no_grad()
+def score_one_lens(
+    img_slots: torch.Tensor,
+    img_slot_lens: torch.Tensor,
+    img_global: torch.Tensor,
+    txt_slot: torch.Tensor,
+    txt_global: torch.Tensor,
+    lens: int,
+    *,
+    alpha: float = 16.0,
+    denominator: float = 2.0,
+    fallback: bool = True,
+    image_chunk: int = 256,
+    text_chunk: int = 8192,
+) -> np.ndarray:
+    """Eq. 4 with one lens taking part: the scores of main Sec. 4.2's lens-specific slot retrieval.
+
+    txt_slot [n_txt, d] is every text's lens-`lens` slot (all active). Each image's lens-`lens`
+    slots meet it by smooth Chamfer; an image without such a slot gets the global cosine (or
+    the floor without fallback). The same numbers as `score_lens_slots` with every other image
+    and text slot inactive, at the cost of one lens.
+    """
+    n_img, n_txt = img_slots.shape[0], txt_slot.shape[0]
+    out = np.empty((n_img, n_txt), dtype=np.float32)
+    for i0 in range(0, n_img, image_chunk):
+        sl = slice(i0, i0 + image_chunk)
+        slot_lens = img_slot_lens[sl].long()
+        only = torch.full_like(slot_lens, INACTIVE).masked_fill_(slot_lens == lens, lens)
+        img = _ImageBlock.build(F.normalize(img_slots[sl].float(), dim=-1), only)
+        levels, count = img.by_lens[lens], img.slot_counts[:, lens]
+        gv = F.normalize(img_global[sl].float(), dim=-1)
+        for t0 in range(0, n_txt, text_chunk):
+            tl = slice(t0, t0 + text_chunk)
+            if fallback:
+                block = gv @ F.normalize(txt_global[tl].float(), dim=-1).T
+            else:
+                block = torch.full((img.n, txt_slot[tl].shape[0]), -2.0 / denominator - 1.0)
+            if levels is not None:
+                side_img, side_txt = _lens_sides(levels, alpha * F.normalize(txt_slot[tl].float(), dim=-1))
+                n_slots = count[levels.rows, None]
+                block[levels.rows] = (side_img / n_slots + side_txt) / (alpha * denominator)
+            out[sl, tl] = block.numpy()
     return out
 
 

@@ -25,13 +25,31 @@ def _dcg(flags):
     return sum(1.0 / math.log2(r + 2) for r, f in enumerate(flags) if f)
 
 
+def _median(values):
+    srt = sorted(values)
+    mid = len(srt) // 2
+    return srt[mid] if len(srt) % 2 else (srt[mid - 1] + srt[mid]) / 2
+
+
+def reference_macro(out, ks):
+    """Main Table 6: per direction, the plain mean of the per-lens R@K of the lenses present."""
+    for d in ("i2t", "t2i"):
+        for k in ks:
+            vals = [
+                out[f"{name}/{d}/R@{k}"] for name in LENS_KEYS if not math.isnan(out[f"{name}/{d}/R@{k}"])
+            ]
+            out[f"macro/{d}/R@{k}"] = sum(vals) / len(vals) if vals else float("nan")
+    out["macro/n_lenses"] = float(sum(1 for n in LENS_KEYS if not math.isnan(out[f"{n}/i2t/R@{ks[0]}"])))
+    return out
+
+
 def reference_metrics(sim, cap_img, cap_lens, ks, protocol):
     """The metric definitions of docs/evaluation.md, one query at a time."""
     sim = np.asarray(sim, dtype=np.float64)
     n_img, n_cap = sim.shape
     caps = list(range(n_cap))
     out = {}
-    i2t, lens_i2t = [], {lens: [] for lens in range(5)}
+    i2t, lens_i2t, every_i2t = [], {lens: [] for lens in range(5)}, []
     lc, all10, ldcg, cdcg, aps = [], [], [], [], []
     for i in range(n_img):
         mine = [j for j in caps if cap_img[j] == i]
@@ -40,6 +58,7 @@ def reference_metrics(sim, cap_img, cap_lens, ks, protocol):
         order = _ranked(sim[i], caps)
         flags = [cap_img[j] == i for j in order]
         i2t.append(flags.index(True) + 1)
+        every_i2t += [r + 1 for r, f in enumerate(flags) if f]  # IMP: the rank of every positive
         for lens in range(5):
             if not any(cap_lens[j] == lens for j in mine):
                 continue
@@ -83,12 +102,12 @@ def reference_metrics(sim, cap_img, cap_lens, ks, protocol):
     out["LensDCG@10"] = 100 * sum(ldcg) / len(ldcg)
     out["CaptionDCG@10"] = 100 * sum(cdcg) / len(cdcg)
     out["all/i2t/mAP@R"] = 100 * sum(aps) / len(aps)
-    for name, ranks in (("i2t", i2t), ("t2i", t2i)):
+    for name, ranks, every in (("i2t", i2t, every_i2t), ("t2i", t2i, t2i)):
         out[f"all/{name}/meanR"] = sum(ranks) / len(ranks)
-        srt = sorted(ranks)
-        mid = len(srt) // 2
-        out[f"all/{name}/medR"] = srt[mid] if len(srt) % 2 else (srt[mid - 1] + srt[mid]) / 2
-    return out
+        out[f"all/{name}/medR"] = _median(ranks)
+        out[f"all/{name}/meanR_allpos"] = sum(every) / len(every)
+        out[f"all/{name}/medR_allpos"] = _median(every)
+    return reference_macro(out, ks)
 
 
 def random_case(seed, n_img=23, max_caps=9, tie_levels=None):
@@ -178,6 +197,12 @@ def test_hand_worked_case():
     assert m["literal/i2t/R@1"] == m["figurative/i2t/R@1"] == m["emotional/i2t/R@1"] == 100.0
     assert m["literal/t2i/R@1"] == 50.0 and m["figurative/t2i/R@1"] == 0.0
     assert math.isnan(m["abstract/i2t/R@1"]) and math.isnan(m["background/t2i/R@5"])
+    # IMP meanR/medR over all positives: image 0's captions sit at ranks 1, 5, 3; image 1's at 3, 1.
+    assert m["all/i2t/meanR"] == 1.0 and m["all/i2t/meanR_allpos"] == pytest.approx(13 / 5)
+    assert m["all/i2t/medR_allpos"] == 3.0
+    # Macro over the three lenses present: T->I R@1 is Literal 50, Figurative 0, Emotional 100.
+    assert m["macro/t2i/R@1"] == pytest.approx(50.0) and m["macro/i2t/R@1"] == 100.0
+    assert m["macro/n_lenses"] == 3.0
     # Full gallery: image 1's Literal caption sits at rank 3, image 0's Figurative at rank 5.
     f = retrieval_metrics(sim, cap_img, cap_lens, ks=(1, 5), protocol="full_gallery")
     assert f["literal/i2t/R@1"] == 50.0 and f["figurative/i2t/R@1"] == 0.0
@@ -221,7 +246,7 @@ def test_grouped_metrics_match_reference():
     g_group = rng.integers(0, 8, size=57)
     sim = rng.integers(0, 4, size=(31, 57)).astype(np.float64)  # heavy ties
     got = grouped_retrieval_metrics(sim, q_group, g_group, ks=(1, 3), max_chunk_bytes=1)
-    ranks, aps = [], []
+    ranks, aps, every = [], [], []
     for q in range(31):
         positives = {j for j in range(57) if g_group[j] == q_group[q]}
         if not positives:
@@ -229,6 +254,7 @@ def test_grouped_metrics_match_reference():
         order = _ranked(sim[q], list(range(57)))
         flags = [j in positives for j in order]
         ranks.append(flags.index(True) + 1)
+        every += [r + 1 for r, f in enumerate(flags) if f]
         hits, ap = 0, 0.0
         for r in range(len(positives)):
             if flags[r]:
@@ -239,6 +265,9 @@ def test_grouped_metrics_match_reference():
     assert got["R@1"] == pytest.approx(_recall(ranks, 1)) and got["R@3"] == pytest.approx(_recall(ranks, 3))
     assert got["meanR"] == pytest.approx(np.mean(ranks)) and got["medR"] == pytest.approx(np.median(ranks))
     assert got["mAP@R"] == pytest.approx(100 * np.mean(aps))
+    assert got["meanR_allpos"] == pytest.approx(sum(every) / len(every))
+    assert got["medR_allpos"] == pytest.approx(_median(every))
+    assert got["meanR_allpos"] > got["meanR"]  # several positives per query: the mean must grow
 
 
 def test_memory_is_bounded_by_the_chunk_budget():
