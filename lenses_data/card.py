@@ -2,8 +2,8 @@
 
 Sections: Table-1-style counts (split x lens), Figure-3-style plots (lens distribution, captions
 per image, prompts per image), the funnel from candidate images to final texts, rejection reasons
-by stage, idiom usage by lens and family, caption diversity, and provenance (models, prompt
-hashes). Numbers come from the exported tables and the run's stage outputs, never from the paper.
+by stage, idiom usage by lens and family, rule flags (rules a kept text breaks without being
+rejected for it), caption diversity, and provenance (models, prompt hashes). Numbers come from the exported tables and the run's stage outputs, never from the paper.
 """
 
 from __future__ import annotations
@@ -181,6 +181,30 @@ def idiom_target_line(captions: pd.DataFrame, prompts: pd.DataFrame, share: floa
     return f"Images with at least {share:.0%} idiomatic texts (rounded up): " + "; ".join(parts) + "."
 
 
+def flag_table(captions: pd.DataFrame, prompts: pd.DataFrame) -> pd.DataFrame:
+    """Kept texts per kind, flag code and lens that break a rule which did not reject them."""
+    rows = []
+    for noun, texts in (("Captions", captions), ("Prompts", prompts)):
+        if texts.empty or "flags" not in texts.columns:
+            continue
+        exploded = texts.assign(flag=texts["flags"].map(list)).explode("flag").dropna(subset=["flag"])
+        for code, group in exploded.groupby("flag"):
+            lens_counts = group["lens"].astype(str).value_counts()
+            row = {"Texts": noun, "Flag": code, **{n: int(lens_counts.get(n, 0)) for n in LENS_NAMES}}
+            rows.append({**row, "Total": f"{len(group):,}/{len(texts):,}"})
+    return pd.DataFrame(rows, columns=["Texts", "Flag", *LENS_NAMES, "Total"])
+
+
+def _flags_section(captions: pd.DataFrame, prompts: pd.DataFrame, manifest: dict[str, Any]) -> list[str]:
+    mode = manifest.get("config", {}).get("annotate", {}).get("idiom_rules", "flag")
+    note = (
+        f"Phrase-bank rules: `{mode}`. These texts are in the dataset; the codes are in each text's "
+        "`flags` column, so a stricter subset is one filter away (see docs/rules.md of the pipeline)."
+    )
+    table = flag_table(captions, prompts)
+    return _section("Rule flags on kept texts", note, _md_table(table) if len(table) else "No flags.")
+
+
 def diversity(captions: pd.DataFrame) -> pd.DataFrame:
     """Lexical diversity of captions: length, vocabulary, distinct-n, within-image similarity."""
     texts = list(captions["text"])
@@ -267,6 +291,7 @@ def write_card(
         "Idiom uses per phrase-bank family and lens (captions and prompts):",
         _md_table(families),
     )
+    lines += _flags_section(captions, prompts, manifest)
     lines += _section("Caption diversity", _md_table(diversity(captions)))
     lines += _provenance(manifest)
     path = out / "README.md"

@@ -3,7 +3,12 @@
 Per text: word counts, self-containedness, machine artifacts, a valid Category, a non-empty
 Focus, and the phrase-bank rules per lens. Per image: near-duplicate paraphrases by content
 n-gram overlap, lens coverage and the idiomatic share. Every violation is a `Violation` with a
-named reason code that ends up on a rejection row.
+named reason code.
+
+Whether a violation rejects the text or is only recorded on it as a flag is `rejects()`: the
+checks the paper states as filters reject; the phrase-bank rules, which Listings 2-3 state as
+instructions to the generator, are flags unless `idiom_rules="strict"`; an edit that Listing 5
+allows (removing a fragment or an idiom) is never undone. docs/rules.md gives the quotes.
 """
 
 from __future__ import annotations
@@ -33,6 +38,37 @@ FIGURATIVE_MISSING_IDIOM = "figurative_missing_idiom"
 FORBIDDEN_IDIOM = "forbidden_idiom"
 NEAR_DUPLICATE = "near_duplicate"
 EMBEDDING_DUPLICATE = "embedding_duplicate"
+VALIDATOR_ADDED_IDIOM = "validator_added_idiom"  # Listing 5: "Do not add new idioms" (a flag)
+
+# What a violation does. Damage makes a text unusable whoever wrote it; the word limits are a
+# filter on texts (the validators' allowed edits aside); the phrase-bank rules are instructions.
+DAMAGE = frozenset(
+    {
+        EMPTY_TEXT,
+        SELF_REFERENCE,
+        ARTIFACT_LABEL,
+        ARTIFACT_PLACEHOLDER,
+        ARTIFACT_QUOTES,
+        ARTIFACT_TRUNCATED,
+        ARTIFACT_MARKUP,
+        INVALID_CATEGORY,
+        EMPTY_FOCUS,
+    }
+)
+WORD_LIMITS = frozenset({WORD_COUNT_LOW, WORD_COUNT_HIGH})
+IDIOM_RULES = frozenset({FIGURATIVE_MISSING_IDIOM, FORBIDDEN_IDIOM})
+IDIOM_MODES = ("flag", "strict")
+# How each listing words its phrase-bank rules: strict mode rejects the MUST-level ones only
+# (Listing 3: Literal and Background captions "SHOULD NOT" use PHRASE_BANK items).
+IDIOM_STRENGTH = {
+    ("prompt", FIGURATIVE_MISSING_IDIOM): "MUST",
+    ("prompt", FORBIDDEN_IDIOM): "MUST NOT",
+    ("caption", FIGURATIVE_MISSING_IDIOM): "MUST",
+    ("caption", FORBIDDEN_IDIOM): "SHOULD NOT",
+}
+# Who wrote the text a check runs on: the generator (None), or a validator's edit (its template).
+TEXT_VALIDATION = "text_validation"  # Listing 4
+VISUAL_VALIDATION = "visual_validation"  # Listing 5: may "remove or soften" fragments and idioms
 
 # Which phrase-bank listing governs each text kind (Listing 2 prompts, Listing 3 captions).
 LISTING_OF_KIND = {"prompt": "image_side_prompts", "caption": "captions"}
@@ -61,6 +97,29 @@ _STOPWORDS = frozenset(
 class Violation:
     reason: str
     message: str
+
+
+def rejects(reason: str, kind: str, idiom_rules: str = "flag", edited_by: str | None = None) -> bool:
+    """Whether a violation rejects the text (True) or is kept on it as a flag (False)."""
+    if idiom_rules not in IDIOM_MODES:
+        raise ValueError(f"idiom_rules must be one of {IDIOM_MODES}, not {idiom_rules!r}")
+    if reason in DAMAGE:
+        return True
+    if edited_by == VISUAL_VALIDATION and (reason in WORD_LIMITS or reason in IDIOM_RULES):
+        return False  # Listing 5 allows removing fragments and idioms: the re-check never undoes it
+    if reason in IDIOM_RULES:
+        return idiom_rules == "strict" and IDIOM_STRENGTH[(kind, reason)] in ("MUST", "MUST NOT")
+    return reason != VALIDATOR_ADDED_IDIOM
+
+
+def split_violations(
+    violations: Iterable[Violation], kind: str, idiom_rules: str = "flag", edited_by: str | None = None
+) -> tuple[list[Violation], list[Violation]]:
+    """(violations that reject the text, violations recorded on it as flags)."""
+    rejecting, flags = [], []
+    for v in violations:
+        (rejecting if rejects(v.reason, kind, idiom_rules, edited_by) else flags).append(v)
+    return rejecting, flags
 
 
 def words(text: str) -> list[str]:
@@ -152,7 +211,8 @@ def check_focus(focus: str | None) -> Violation | None:
 def check_idioms(
     lens: str, matches: Sequence[IdiomMatch], required: Iterable[str], forbidden: Iterable[str]
 ) -> Violation | None:
-    """Figurative texts must contain a phrase-bank idiom; Literal and Background must not."""
+    """Figurative texts must contain a phrase-bank idiom; Literal and Background must not (literal
+    uses of idiom words are not idioms: `matches` come from `PhraseBank.find`)."""
     if lens in set(required) and not matches:
         return Violation(FIGURATIVE_MISSING_IDIOM, f"{lens} text without a phrase-bank idiom")
     if lens in set(forbidden) and matches:

@@ -13,7 +13,7 @@ from enum import Enum, StrEnum
 from typing import Any, Literal, Union
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class Lens(StrEnum):
@@ -141,6 +141,17 @@ class LensText(Record):
     edited: bool = False
     original_text: str | None = None
     split: Split | None = None
+    flags: list[str] = Field(
+        default_factory=list,
+        description="Reason codes of rules the text breaks that do not reject it (docs/rules.md), "
+        "e.g. figurative_missing_idiom",
+    )
+
+    @field_validator("flags", mode="before")
+    @classmethod
+    def _no_flags(cls, value: Any) -> Any:
+        # Rows built before the rule checks carry no flags column: missing means none.
+        return [] if value is None else value
 
 
 class StageCount(BaseModel):

@@ -2,6 +2,8 @@
 
 Defaults follow the Lenses supplementary (Listings 1-5): prompts 10-28 words, captions 8-22 words,
 about 40% idiomatic texts per image (rounded up), at least 70% token difference between texts.
+What rejects a text and what is only flagged on it follows what the paper states as a filter
+(docs/rules.md): the phrase-bank rules are flags unless `idiom_rules` is "strict".
 """
 
 from __future__ import annotations
@@ -61,7 +63,15 @@ class AnnotateConfig(BaseModel):
         default_factory=lambda: list(DEFAULT_SELF_REFERENCES),
         description="Phrases that make a text not self-contained (matched as whole words, any case)",
     )
-    idiom_target_share: float = Field(0.4, ge=0, le=1, description="Target idiomatic share per image")
+    idiom_target_share: float = Field(
+        0.4, ge=0, le=1, description="Target idiomatic share per image (reported, never enforced)"
+    )
+    idiom_rules: Literal["flag", "strict"] = Field(
+        "flag",
+        description="flag: the phrase-bank rules of Listings 2-3 are per-text flags and card statistics "
+        "(the paper's published texts carry no phrase-bank idiom); strict: their MUST/MUST NOT reject "
+        "(Figurative without an idiom; Literal/Background prompts with one), SHOULD NOT stays a flag",
+    )
     idiom_required_lenses: list[str] = Field(default_factory=lambda: ["Figurative"])
     idiom_forbidden_lenses: list[str] = Field(default_factory=lambda: ["Literal", "Background"])
     ngram_n: int = Field(1, ge=1, le=4, description="n of the n-gram overlap check")
@@ -80,13 +90,15 @@ class AnnotateConfig(BaseModel):
 
     # Validation (Listings 4 and 5)
     validation_batch_size: int = Field(24, ge=1, description="Max items per validator request")
-    on_fixed_field_change: Literal["keep_original", "discard"] = Field(
-        "keep_original",
-        description="When a validator changes Focus or Category, its answer is not applied: keep the "
-        "original text, or discard the item",
+    on_fixed_field_change: Literal["discard", "keep_original"] = Field(
+        "discard",
+        description="When a validator changes Focus or Category: discard the item (the paper: labels are "
+        "fixed, a mismatch is discarded rather than relabelled), or keep the original text unchanged",
     )
     recheck_rules_after_validation: bool = Field(
-        True, description="Run the per-text rule checks again on validator edits"
+        True,
+        description="Run the per-text rule checks again on validator edits; an edit Listing 5 allows "
+        "(removing a fragment or an idiom) is never rejected by it",
     )
     visual_validation_splits: list[Literal["train", "valid", "test"]] = Field(
         default_factory=lambda: ["test"], description="Splits that get the image-grounded check (paper: test)"

@@ -2,7 +2,8 @@
 
     images.parquet      image_id, path, width, height, split, source, group_id
     captions.parquet    text_id, image_id, split, lens, text, focus, idioms, edited, original_text,
-                        prompt_hash, model, simulated
+                        prompt_hash, model, simulated, flags (rules the text breaks without being
+                        rejected for it, docs/rules.md)
     prompts.parquet     the same columns, for image-side prompts
     rejections.parquet  every stage's rejections, plus export's own (images left without texts)
     manifest.json       config, models, prompt hashes, package versions, counts per stage, simulated
@@ -81,6 +82,7 @@ class ExportText(Record):
     prompt_hash: str
     model: str
     simulated: bool
+    flags: list[str]
 
 
 def typed_parquet(path: Path, frame: pd.DataFrame, model: type[BaseModel]) -> Path:
@@ -104,6 +106,7 @@ def final_texts(texts: pd.DataFrame, kind: str) -> pd.DataFrame:
     chosen["original_text"] = chosen["original_text"].where(chosen["original_text"].notna(), chosen["text"])
     chosen["edited"] = chosen["edited"].astype(bool)
     chosen["idioms"] = chosen["idioms"].apply(lambda v: [] if v is None else list(v))
+    chosen["flags"] = chosen["flags"].apply(lambda v: [] if v is None else list(v))
     return chosen.sort_values(["image_id", "lens", "text_id"]).reset_index(drop=True)
 
 

@@ -1,10 +1,12 @@
 """Rules stage: the deterministic checks of lenses_data.rules over generated texts.
 
-Per text, every violated rule is one rejection row with its reason code (a text can violate
-several). Then, per image and kind, near-duplicate paraphrases are rejected by content n-gram
-overlap (and optionally by sentence-embedding similarity), keeping the first text of every lens
-so a lens the model covered keeps a text where possible. The idiomatic share per image (target
-40%, rounded up) and lens coverage are reported in the stage stats, not enforced.
+Per text, every violated rule that rejects (`rules.rejects`: damage, word limits; the phrase-bank
+rules only with `annotate.idiom_rules: strict`) is one rejection row with its reason code (a text
+can violate several); the others are recorded in the text's `flags`. Then, per image and kind,
+near-duplicate paraphrases are rejected by content n-gram overlap (and optionally by
+sentence-embedding similarity), keeping the first text of every lens so a lens the model covered
+keeps a text where possible. The idiomatic share per image (target 40%, rounded up), the flags and
+lens coverage are reported in the stage stats, not enforced.
 """
 
 from __future__ import annotations
@@ -92,10 +94,11 @@ def process_shard(
     survivors = []
     for row in lens_text_rows(df):
         violations = per_text_violations(row, settings, bank)
-        for v in violations:
+        rejecting, flags = rules.split_violations(violations, row["kind"], settings.idiom_rules)
+        for v in rejecting:
             rejected.append(rejection(STAGE, row["text_id"], v.reason, v.message, image_id=row["image_id"]))
-        if not violations:
-            survivors.append(row)
+        if not rejecting:
+            survivors.append({**row, "flags": [v.reason for v in flags]})
     duplicates = duplicate_rejections(survivors, settings)
     rejected.extend(duplicates)
     dropped = {r["record_id"] for r in duplicates}
@@ -158,9 +161,24 @@ class RulesStage(ShardedStage):
     def extra_stats(self, run: Path) -> dict[str, Any]:
         given = io.read_stage(run, self.input_stage, LensText)
         kept = io.read_stage(run, STAGE, LensText, require_complete=False)
+        settings = _settings(self.config)
         return {
-            "per_kind": summarize_report(image_report(given, kept, _settings(self.config).idiom_target_share))
+            "idiom_rules": settings.idiom_rules,
+            "per_kind": summarize_report(image_report(given, kept, settings.idiom_target_share)),
+            "flags": flag_counts(kept),
         }
+
+
+def flag_counts(texts: pd.DataFrame) -> dict[str, dict[str, int]]:
+    """kind -> flag code -> number of texts carrying it."""
+    out: dict[str, dict[str, int]] = {}
+    if texts.empty:
+        return out
+    for kind, flags in zip(texts["kind"], texts["flags"], strict=True):
+        counts = out.setdefault(str(kind), {})
+        for code in flags if flags is not None else ():
+            counts[code] = counts.get(code, 0) + 1
+    return out
 
 
 def run_stage(run_dir: str | Path, config: Any, client: Any = None) -> dict[str, Any]:

@@ -5,10 +5,12 @@ sent as the JSON array the listing describes. The answer must align with its inp
 (enforced by the schema and the parser, `count_mismatch` otherwise) and order (an answer whose
 Focus/Category pairs are the inputs' in another order is not applied). A batch whose answer stays
 unusable after the client's re-asks, or comes back reordered, is validated item by item. Per item: an empty
-text is a discard; an answer that changes Focus or Category is not applied and is recorded
-(`fixed_field_changed`; the original is kept or discarded per `annotate.on_fixed_field_change`);
-otherwise the (possibly edited) text is kept, with the original text and an `edited` flag, and
-edits are re-checked against the per-text rules. The same machinery serves visual validation.
+text is a discard; an answer that changes Focus or Category is a discard too (`fixed_field_changed`;
+Listings 4-5 fix both fields and discard a mismatch; `annotate.on_fixed_field_change: keep_original`
+keeps the original text instead); otherwise the (possibly edited) text is kept, with the original
+text and an `edited` flag, and an edit is re-checked against the per-text rules: damage rejects it,
+the rest is recorded in its `flags`, and an edit Listing 5 allows is never undone (`rules.rejects`).
+The same machinery serves visual validation.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 
+from lenses_data import rules
 from lenses_data.answers import TEXT_KEY, array_schema, item_parser, items_json
 from lenses_data.config.annotate import AnnotateConfig
 from lenses_data.ids import stable_hash
@@ -62,7 +65,7 @@ class Validator:
     with_image: bool
 
 
-TEXT_VALIDATOR = Validator(STAGE, "text_validation", "validator", with_image=False)
+TEXT_VALIDATOR = Validator(STAGE, rules.TEXT_VALIDATION, "validator", with_image=False)
 
 
 def _settings(config: Any) -> AnnotateConfig:
@@ -121,12 +124,34 @@ def apply_item(
         ]
     original = row.get("original_text") or row["text"]
     updated = {**row, "text": text, "original_text": original, "edited": text != original}
-    if text != row["text"] and settings.recheck_rules_after_validation:
-        violations = per_text_violations(updated, settings, default_phrase_bank())
-        if violations:
-            return None, [reject(x.reason, f"after the validator's edit: {x.message}") for x in violations]
-    updated["idioms"] = [m.idiom for m in default_phrase_bank().find(text, LISTING_OF_KIND[row["kind"]])]
+    if text == row["text"]:
+        return updated, []
+    rejecting = recheck(row, updated, v, settings)
+    if rejecting:
+        return None, [reject(x.reason, f"after the validator's edit: {x.message}") for x in rejecting]
     return updated, []
+
+
+def recheck(
+    row: dict[str, Any], updated: dict[str, Any], v: Validator, settings: AnnotateConfig
+) -> list[rules.Violation]:
+    """The per-text rules on an edited text: sets its idioms and flags, returns what rejects it.
+
+    Which violations reject is `rules.rejects` with the validator as the editor, so an edit that
+    Listing 5 allows (a removed fragment or idiom) is never undone here."""
+    bank, listing = default_phrase_bank(), LISTING_OF_KIND[row["kind"]]
+    updated["idioms"] = [m.idiom for m in bank.find(updated["text"], listing)]
+    violations = per_text_violations(updated, settings, bank)
+    added = set(updated["idioms"]) - {m.idiom for m in bank.find(row["text"], listing)}
+    if v.template == rules.VISUAL_VALIDATION and added:
+        message = f"Listing 5 says not to add idioms; the edit added {', '.join(sorted(added))}"
+        violations.append(rules.Violation(rules.VALIDATOR_ADDED_IDIOM, message))
+    if not settings.recheck_rules_after_validation:
+        updated["flags"] = [x.reason for x in violations]
+        return []
+    rejecting, flags = rules.split_violations(violations, row["kind"], settings.idiom_rules, v.template)
+    updated["flags"] = [x.reason for x in flags]
+    return rejecting
 
 
 def _run_batches(batches, client, v, paths):

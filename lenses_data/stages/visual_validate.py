@@ -2,7 +2,9 @@
 
 The image plus the JSON array of that image's surviving texts (per kind, batched like the text
 validator) are sent; the same alignment, discard and fixed-field rules apply (see
-lenses_data.stages.validate). Texts of other splits pass through unchanged, so this stage's
+lenses_data.stages.validate). Listing 5 lets the validator "remove or soften" ungrounded fragments
+and "remove or simplify" idioms, so the re-check never rejects such an edit for the word limits or
+the phrase-bank rules; it flags them (and an added idiom, `validator_added_idiom`) instead. Texts of other splits pass through unchanged, so this stage's
 output is the final text set of every split.
 """
 
@@ -13,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from lenses_data import rules
 from lenses_data.prompts import get_template
 from lenses_data.schemas import LensText
 from lenses_data.stages._annotate import (
@@ -26,7 +29,7 @@ from lenses_data.stages._annotate import (
 from lenses_data.stages.validate import Validator, _settings, validate_rows
 
 STAGE = "visual_validate"
-VISUAL_VALIDATOR = Validator(STAGE, "visual_validation", "visual_validator", with_image=True)
+VISUAL_VALIDATOR = Validator(STAGE, rules.VISUAL_VALIDATION, "visual_validator", with_image=True)
 
 
 def process_shard(

@@ -42,7 +42,7 @@ def test_listings_use_explicit_sets():
         ("an ace up her sleeve", "ace up the sleeve"),
         ("no use crying over spilt milk", "crying over spilled milk"),
         ("The writing is on the wall.", "writing on the wall"),
-        ("a birds-eye view of the harbour", "bird's eye view"),
+        ("a birds-eye view of the whole debate", "bird's eye view"),
         ("she walked a minefield of etiquette", "walking a minefield"),
         ("Pandora's box, opened wide", "Pandora's box (opened)"),
         ("gatekeepers at every door", "gatekeeper"),
@@ -84,3 +84,52 @@ def test_stem_is_consistent_across_inflections():
     assert stem("houses") == stem("house")
     assert stem("spilling") == stem("spill")
     assert stem("red") == "red"
+
+
+@pytest.mark.parametrize(
+    ("text", "idiom"),
+    [
+        ("A red flag flutters from the mast of the old fishing boat.", "red flag"),
+        ("There is a red flag flapping on the pole by the gate.", "red flag"),
+        ("An acrobat walks a tightrope strung high above the circus crowd.", "tightrope"),
+        ("Sunlight glints on thin ice on a pond at the edge of the woods.", "thin ice"),
+        ("A brass revolving door turns slowly at the hotel entrance.", "revolving door"),
+        ("Sunlight pours through the glass ceiling of the old atrium.", "glass ceiling"),
+        ("A black swan glides across the misty lake at dawn.", "black swan"),
+        ("A closed book rests on the desk beside a cold cup of tea.", "closed book"),
+    ],
+)
+def test_literal_use_of_idiom_words_is_not_an_idiom(text, idiom):
+    assert BANK.find(text) == []
+    found = BANK.find(text, include_literal=True)
+    assert [(m.idiom, m.literal) for m in found] == [(idiom, True)]
+
+
+@pytest.mark.parametrize(
+    ("text", "idiom"),
+    [
+        ("The cracked beam is a red flag for everyone in the house.", "red flag"),
+        ("The mayor walks a tightrope between loyal voters and angry donors.", "tightrope"),
+        ("After the scandal the young mayor is skating on thin ice with voters.", "thin ice"),
+        # A cue word is near, but a metaphor marker or an of-phrase makes it the idiom again.
+        ("The office became a revolving door for interns hoping for a break.", "revolving door"),
+        ("A revolving door of tenants has left the building tired.", "revolving door"),
+        ("The old fence on the table looks like a house of cards.", "house of cards"),
+        ("She cracks the glass ceiling of the boardroom at last.", "glass ceiling"),
+        ("The market crash was a black swan nobody on the lake saw coming.", "black swan"),
+    ],
+)
+def test_idiomatic_uses_still_count(text, idiom):
+    assert [(m.idiom, m.literal) for m in BANK.find(text)] == [(idiom, False)]
+
+
+def test_literal_cues_stay_in_their_sentence():
+    # The pond belongs to the first sentence; the second uses "thin ice" as the idiom.
+    text = "Ducks rest by the pond. The treaty leaves both sides on thin ice."
+    assert [m.idiom for m in BANK.find(text)] == ["thin ice"]
+
+
+def test_every_literal_cue_list_belongs_to_a_bank_idiom():
+    with_cues = [i for i in BANK.all_idioms() if i.literal_cues]
+    assert len(with_cues) > 50
+    assert {"red flag", "tightrope", "thin ice", "revolving door"} <= {i.text for i in with_cues}

@@ -127,6 +127,62 @@ def test_idiom_rules_per_lens():
     assert reasons(plain, lens="Abstract") == []
 
 
+def test_literal_use_of_idiom_words_breaks_no_idiom_rule():
+    # "a red flag flutters": the flag, not the warning; fine in a Literal caption, no idiom for Figurative.
+    literal = "A red flag flutters from the mast of the old fishing boat at dawn."
+    assert reasons(literal, lens="Literal") == []
+    assert rules.FIGURATIVE_MISSING_IDIOM in reasons(literal, lens="Figurative")
+    idiomatic = "The cracked beam is a red flag for everyone living under the sagging roof."
+    assert rules.FORBIDDEN_IDIOM in reasons(idiomatic, lens="Literal")
+
+
+@pytest.mark.parametrize(
+    ("reason", "kind", "mode", "edited_by", "expected"),
+    [
+        # The phrase-bank rules are instructions to the generator: flags by default.
+        (rules.FIGURATIVE_MISSING_IDIOM, "caption", "flag", None, False),
+        (rules.FORBIDDEN_IDIOM, "prompt", "flag", None, False),
+        # Strict: the listings' MUST / MUST NOT reject; Listing 3's SHOULD NOT stays a flag.
+        (rules.FIGURATIVE_MISSING_IDIOM, "caption", "strict", None, True),
+        (rules.FIGURATIVE_MISSING_IDIOM, "prompt", "strict", None, True),
+        (rules.FORBIDDEN_IDIOM, "prompt", "strict", None, True),
+        (rules.FORBIDDEN_IDIOM, "caption", "strict", None, False),
+        # Filters the paper states reject in both modes.
+        (rules.WORD_COUNT_LOW, "caption", "flag", None, True),
+        (rules.SELF_REFERENCE, "prompt", "flag", None, True),
+        (rules.ARTIFACT_TRUNCATED, "caption", "strict", rules.VISUAL_VALIDATION, True),
+        # Edits Listing 5 allows (removing fragments or idioms) are never undone.
+        (rules.WORD_COUNT_LOW, "caption", "strict", rules.VISUAL_VALIDATION, False),
+        (rules.FIGURATIVE_MISSING_IDIOM, "caption", "strict", rules.VISUAL_VALIDATION, False),
+        (rules.WORD_COUNT_LOW, "caption", "flag", rules.TEXT_VALIDATION, True),
+        (rules.FIGURATIVE_MISSING_IDIOM, "prompt", "strict", rules.TEXT_VALIDATION, True),
+        (rules.VALIDATOR_ADDED_IDIOM, "caption", "strict", rules.VISUAL_VALIDATION, False),
+    ],
+)
+def test_what_rejects_and_what_is_flagged(reason, kind, mode, edited_by, expected):
+    assert rules.rejects(reason, kind, mode, edited_by) is expected
+
+
+def test_split_violations_partitions_in_order():
+    found = rules.text_violations(
+        "In this image a red flag is the warning everyone ignores.",
+        "flag",
+        "Literal",
+        "prompt",
+        low=10,
+        high=28,
+        self_references=DEFAULT_SELF_REFERENCES,
+        bank=BANK,
+    )
+    rejecting, flags = rules.split_violations(found, "prompt")
+    assert [v.reason for v in rejecting] == [rules.SELF_REFERENCE]
+    assert [v.reason for v in flags] == [rules.FORBIDDEN_IDIOM]
+    rejecting, flags = rules.split_violations(found, "prompt", "strict")
+    assert [v.reason for v in rejecting] == [rules.SELF_REFERENCE, rules.FORBIDDEN_IDIOM] and not flags
+    with pytest.raises(ValueError, match="idiom_rules"):
+        rules.rejects(rules.FORBIDDEN_IDIOM, "prompt", "lenient")
+
+
 def test_idiom_sets_follow_the_listing():
     # "tip of the iceberg" is an add-on: Listing 2 (prompts) shows it, Listing 3 (captions) does not.
     text = "The small broken fence is only the tip of the iceberg of a farm in long decline."

@@ -54,6 +54,7 @@ TEXT_COLUMNS = [
     "prompt_hash",
     "model",
     "simulated",
+    "flags",
 ]
 
 

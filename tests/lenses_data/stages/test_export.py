@@ -24,6 +24,7 @@ def _texts():
             "prompt_hash": ["h"] * 3,
             "model": ["m"] * 3,
             "simulated": [True] * 3,
+            "flags": [[], [], ["forbidden_idiom"]],
         }
     )
 

@@ -6,7 +6,7 @@ import json
 
 from lenses_data.config.annotate import AnnotateConfig
 from lenses_data.prompts import get_template
-from lenses_data.stages import validate
+from lenses_data.stages import validate, visual_validate
 from tests.lenses_data.stages.annotate_fakes import ScriptedClient
 from tests.lenses_data.stages.annotate_rows import frame, lens_row
 
@@ -58,22 +58,27 @@ def test_batch_per_image_and_item_outcomes():
     assert out.loc["Literal", "text"] == LIT.replace("stands", "stand tall")
     assert out.loc["Literal", "original_text"] == LIT and bool(out.loc["Literal", "edited"])
     assert not bool(out.loc["Figurative", "edited"]) and out.loc["Figurative", "original_text"] == FIG
-    assert out.loc["Background", "text"] == BG  # original kept
+    # A changed Category is a mismatch the paper discards ("rather than silently reassigning labels").
+    assert "Background" not in out.index
     reasons = rejected.set_index("record_id")["reason"].to_dict()
     assert reasons == {rows[2]["text_id"]: "validator_discarded", rows[3]["text_id"]: "fixed_field_changed"}
-    assert (
-        "Category 'Background' -> 'Literal'"
-        in rejected.set_index("record_id").loc[rows[3]["text_id"], "message"]
-    )
+    message = rejected.set_index("record_id").loc[rows[3]["text_id"], "message"]
+    assert "Category 'Background' -> 'Literal'" in message and "discarded" in message
 
 
-def test_fixed_field_change_can_discard():
+def test_focus_change_discards_by_default_and_can_keep_the_original():
     rows = [lens_row("i1", "caption", "Literal", LIT, focus="oak")]
-    client = ScriptedClient(lambda request, attempt: _echo(request, lambda i: i.update(Focus="fence")))
-    kept, rejected = validate.process_shard(
-        frame(rows), client, AnnotateConfig(on_fixed_field_change="discard")
-    )
+
+    def answer(request, attempt):
+        return _echo(request, lambda i: i.update(Focus="fence", Caption=LIT.replace("lone", "single")))
+
+    kept, rejected = validate.process_shard(frame(rows), ScriptedClient(answer), AnnotateConfig())
     assert kept.empty and rejected["reason"].tolist() == ["fixed_field_changed"]
+
+    keep = AnnotateConfig(on_fixed_field_change="keep_original")
+    kept, rejected = validate.process_shard(frame(rows), ScriptedClient(answer), keep)
+    assert kept["text"].tolist() == [LIT] and kept["focus"].tolist() == ["oak"]  # answer not applied
+    assert rejected["reason"].tolist() == ["fixed_field_changed"]
 
 
 def test_misaligned_batch_falls_back_to_items():
@@ -137,13 +142,65 @@ def test_bad_answers_are_rejections_with_raw():
     assert len(client.calls) == 2 * len(BAD_ANSWERS)  # each asked, re-asked once, then rejected
 
 
-def test_edit_that_breaks_a_rule_is_rejected():
+PLAIN_FIG = "Rusty wire on the leaning posts makes the fence look fragile in the coming wind."
+
+
+def _edit_to(text):
+    return ScriptedClient(lambda request, attempt: _echo(request, lambda i: i.update(Caption=text)))
+
+
+def test_listing4_edit_that_removes_an_idiom_is_flagged_or_strictly_rejected():
     rows = [lens_row("i1", "caption", "Figurative", FIG)]
-    plain = "Rusty wire on the leaning posts makes the fence look fragile in the coming wind."
-    client = ScriptedClient(lambda request, attempt: _echo(request, lambda i: i.update(Caption=plain)))
-    kept, rejected = validate.process_shard(frame(rows), client, AnnotateConfig())
+    kept, rejected = validate.process_shard(frame(rows), _edit_to(PLAIN_FIG), AnnotateConfig())
+    assert rejected.empty and kept["text"].tolist() == [PLAIN_FIG]
+    assert list(kept["flags"].iloc[0]) == ["figurative_missing_idiom"] and list(kept["idioms"].iloc[0]) == []
+
+    strict = AnnotateConfig(idiom_rules="strict")
+    kept, rejected = validate.process_shard(frame(rows), _edit_to(PLAIN_FIG), strict)
     assert kept.empty and rejected["reason"].tolist() == ["figurative_missing_idiom"]
     assert rejected["message"].iloc[0].startswith("after the validator's edit")
+
+
+def _visual(rows, client, settings):
+    paths = {r["image_id"]: f"/images/{r['image_id']}.png" for r in rows}
+    return visual_validate.process_shard(frame(rows), client, settings, paths)
+
+
+def test_listing5_edit_that_removes_an_idiom_survives_even_in_strict_mode():
+    # Listing 5: "You may remove or simplify them if they conflict with the visual content."
+    rows = [lens_row("i1", "caption", "Figurative", FIG, split="test")]
+    for settings in (AnnotateConfig(), AnnotateConfig(idiom_rules="strict")):
+        kept, rejected = _visual(rows, _edit_to(PLAIN_FIG), settings)
+        assert rejected.empty and kept["text"].tolist() == [PLAIN_FIG]
+        assert bool(kept["edited"].iloc[0]) and kept["original_text"].tolist() == [FIG]
+        assert list(kept["flags"].iloc[0]) == ["figurative_missing_idiom"]
+
+
+def test_listing5_fragment_removal_below_the_word_limit_survives_listing4_does_not():
+    # Listing 5 may "remove or soften" an ungrounded fragment; Listing 4 only edits lightly.
+    short = "Quiet dread hangs over the pasture."  # 6 words, below the captions' 8
+    rows = [lens_row("i1", "caption", "Emotional", EMO, split="test")]
+    kept, rejected = _visual(rows, _edit_to(short), AnnotateConfig())
+    assert rejected.empty and list(kept["flags"].iloc[0]) == ["word_count_low"]
+    kept, rejected = validate.process_shard(frame(rows), _edit_to(short), AnnotateConfig())
+    assert kept.empty and rejected["reason"].tolist() == ["word_count_low"]
+
+
+def test_edits_that_add_damage_are_rejected_and_added_idioms_flagged():
+    rows = [lens_row("i1", "caption", "Emotional", EMO, split="test")]
+    damaged = "Caption: " + EMO
+    for run in (validate.process_shard, lambda f, c, s: _visual(rows, c, s)):
+        kept, rejected = run(frame(rows), _edit_to(damaged), AnnotateConfig())
+        assert kept.empty and rejected["reason"].tolist() == ["artifact_label"]
+    added = "Quiet dread hangs in the heavy air as the empty pasture nears a tipping point."
+    kept, rejected = _visual(rows, _edit_to(added), AnnotateConfig(idiom_rules="strict"))
+    assert rejected.empty and list(kept["flags"].iloc[0]) == ["validator_added_idiom"]
+
+
+def test_unedited_texts_keep_the_flags_of_the_rules_stage():
+    row = {**lens_row("i1", "caption", "Figurative", PLAIN_FIG), "flags": ["figurative_missing_idiom"]}
+    kept, rejected = validate.process_shard(frame([row]), _edit_to(PLAIN_FIG), AnnotateConfig())
+    assert rejected.empty and list(kept["flags"].iloc[0]) == ["figurative_missing_idiom"]
 
 
 def test_batches_are_split_by_size_and_kind():
