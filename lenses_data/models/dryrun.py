@@ -21,8 +21,7 @@ def simulated_models(config: PipelineConfig) -> Iterator[PipelineConfig]:
     """
     from lenses_data.models.simulator import SimConfig, run_in_thread
 
-    settings = config.simulator
-    sim = SimConfig(seed=settings.seed, yes_rate=settings.yes_rate, latency_s=settings.latency_s)
+    sim = SimConfig.from_settings(config.simulator)
     with run_in_thread(sim) as base_url:
         log.warning("SIMULATED RUN: model answers come from the built-in simulator at %s", base_url)
         roles = {

@@ -7,7 +7,6 @@ request; validation-style requests (a JSON list of items in the prompt) get thei
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import random
@@ -15,6 +14,7 @@ import re
 import time
 from typing import Any
 
+from lenses_data.models import simlenses
 from lenses_data.models.parsing import extract_json
 from lenses_data.models.types import SIMULATED_MODEL_PREFIX, SIMULATOR_FINGERPRINT, AnswerError
 
@@ -44,14 +44,6 @@ _FUNCTION_WORDS = {"the", "and", "a", "over", "near", "around", "toward", "about
 _TEXT_FIELDS = re.compile(r"caption|prompt|text|sentence|description|rewrite|revised|edited|statement", re.I)
 _REASON_FIELDS = re.compile(r"reason|explanation|rationale|comment|note|why", re.I)
 _IDIOMS = ("a silver lining", "the calm before the storm", "a world of its own", "time stands still")
-
-
-@functools.cache
-def _family_idioms() -> tuple[str, ...]:
-    """Idioms of the 15 families: shown by both Listing 2 and Listing 3, so valid for prompts and captions."""
-    from lenses_data.phrase_bank import load_phrase_bank
-
-    return tuple(i.text for i in load_phrase_bank().idioms_for("captions"))
 
 
 def content_words(texts: list[str], limit: int = 40) -> list[str]:
@@ -120,17 +112,6 @@ class SchemaFaker:
         echo = echo if isinstance(echo, dict) else {}
         props = schema.get("properties", {})
         obj = {key: self.value(sub, key, echo.get(key)) for key, sub in props.items()}
-        return obj if echo else self._figurative_idiom(obj)
-
-    def _figurative_idiom(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """A Figurative item gets a phrase-bank idiom in its text, as Listings 2 and 3 ask."""
-        lens = next((v for k, v in obj.items() if k.lower() in ("category", "lens")), None)
-        text_key = next((k for k in obj if _TEXT_FIELDS.search(k) and isinstance(obj[k], str)), None)
-        if lens != "Figurative" or text_key is None:
-            return obj
-        words = obj[text_key].rstrip(".").split()
-        idiom = self.rng.choice(_family_idioms()).split()
-        obj[text_key] = " ".join(words[: max(4, len(words) - len(idiom))] + idiom) + "."
         return obj
 
     def _array(self, schema: dict[str, Any], name: str, echo: Any) -> list[Any]:
@@ -287,3 +268,64 @@ def completion_payload(body: dict[str, Any], contents: list[tuple[str, str]]) ->
             "total_tokens": prompt_words + words,
         },
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# Choosing the answer
+
+
+def image_key(body: dict[str, Any]) -> str:
+    """Content hash of the first user turn's image (all texts of one image share a scene), or ''."""
+    for message in body.get("messages", []):
+        if message.get("role") == "user" and isinstance(message.get("content"), list):
+            for part in message["content"]:
+                if part.get("type") == "image_url":
+                    url = str((part.get("image_url") or {}).get("url", ""))
+                    return hashlib.sha256(url.encode()).hexdigest()
+            break
+    return ""
+
+
+def answer_content(body: dict[str, Any], identity: str, config: Any, index: int = 0) -> str:
+    """The (fault-free) answer: a choice; the pipeline's listings answered as the paper's models
+    answer them (simlenses); any other schema filled in; else a sentence."""
+    texts, has_image = request_texts(body)
+    rng = random.Random(f"{config.seed}|{identity}|{index}")
+    choices = request_choices(body)
+    listing = simlenses.listing_of(texts)
+    if choices or listing == "filter":
+        answer = choice_answer(
+            choices or ["YES", "NO"], _unit(config.seed, "choice", identity, index), config.yes_rate
+        )
+        ignored = choices and config.server_faults.ignore_choice
+        return free_text_choice(answer, rng) if ignored else answer
+    schema = request_schema(body)
+    kind = simlenses.item_kind(schema) or simlenses.KIND_OF_LISTING.get(listing or "")
+    items = input_items(texts[1:]) if len(texts) > 1 else None
+    if listing in ("text_validation", "visual_validation") or (kind and isinstance(items, list)):
+        kind = kind or _kind_of_items(items)
+        visual = listing == "visual_validation" or (listing is None and has_image)
+        return simlenses.validate_items(items or [], kind, visual, config.seed, config.content)
+    if kind:
+        key = image_key(body) or hashlib.sha256("|".join(texts).encode()).hexdigest()
+        return simlenses.generate_items(kind, key, f"{identity}|{index}", config.seed, config.content)
+    if schema:
+        return schema_answer(schema, texts, rng)
+    return sentence(rng, content_words(texts))
+
+
+def _kind_of_items(items: Any) -> str:
+    first = items[0] if isinstance(items, list) and items and isinstance(items[0], dict) else {}
+    return "prompt" if "Prompt" in first else "caption"
+
+
+def free_text_choice(answer: str, rng: random.Random) -> str:
+    """What a model says when the server ignores the choice constraint: a sentence, not a token."""
+    reasons = ("several non-literal readings fit the scene", "the scene invites more than one reading")
+    if answer.upper() == "NO":
+        reasons = ("the scene reads mostly literally", "nothing beyond the literal stands out")
+    return f"{answer.capitalize()}, {rng.choice(reasons)}."
+
+
+def _unit(*parts: object) -> float:
+    return simlenses.unit(*parts)

@@ -1,10 +1,16 @@
 """An OpenAI-compatible chat-completions server that simulates the pipeline's models.
 
-Answers are deterministic functions of the request and schema-valid (see simcontent). Faults are
+Answers are deterministic functions of the request: the pipeline's own requests are answered the
+way the Lenses paper's models answered them (simlenses; rates and sources in
+lenses_data.config.simulator), any other schema is filled in validly (simcontent). Faults are
 injected by rate and are deterministic per (request hash, attempt number) given the seed, where
 the attempt number is how many times this exact request was seen before; so retries can succeed
 and tests are reproducible. Every answer is marked simulated (`system_fingerprint` and a
 `simulated/` model prefix). GET /sim/stats reports calls per request hash.
+
+Server faults (`SimServerFaults`, opt-in) reproduce what real OpenAI-compatible servers do to this
+pipeline on every attempt, not by chance: HTTP 500 on `response_format` json_schema, a structured
+choice ignored (free text), HTTP 500 on image input, JSON answers cut at max_tokens.
 """
 
 from __future__ import annotations
@@ -13,7 +19,6 @@ import asyncio
 import contextlib
 import hashlib
 import json
-import random
 import socket
 import threading
 import time
@@ -26,16 +31,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from lenses_data.models.simcontent import (
-    choice_answer,
-    completion_payload,
-    content_words,
+from lenses_data.config.simulator import SimContentSettings, SimServerFaults, SimulatorSettings
+from lenses_data.models.simcontent import answer_content, completion_payload
+from lenses_data.models.simfaults import (
+    SERVER_FAULT_ERRORS,
+    DroppedResponse,
     faulty_content,
-    request_choices,
-    request_schema,
-    request_texts,
-    schema_answer,
-    sentence,
+    server_fault,
+    truncated_json,
 )
 from lenses_data.models.types import KEY_HEADER, SIMULATED_MODEL_PREFIX
 
@@ -72,6 +75,15 @@ class SimConfig(BaseModel):
     models: list[str] = Field(
         default_factory=lambda: ["OpenGVLab/InternVL3_5-38B", "Qwen/Qwen2.5-32B-Instruct"]
     )
+    content: SimContentSettings = Field(default_factory=SimContentSettings)
+    server_faults: SimServerFaults = Field(
+        default_factory=SimServerFaults, description="What real servers do: always, not by rate"
+    )
+
+    @classmethod
+    def from_settings(cls, settings: SimulatorSettings) -> SimConfig:
+        """The simulator of a dry run, from the `simulator` section of the pipeline config."""
+        return cls(**settings.model_dump())
 
     def model_post_init(self, _context: Any) -> None:
         unknown = set(self.faults) - set(FAULT_KINDS)
@@ -94,6 +106,7 @@ class SimState:
         self.answers: dict[str, int] = {}  # fault-free answers per request identity
         self.keys: dict[str, str] = {}
         self.faults: dict[str, int] = dict.fromkeys(FAULT_KINDS, 0)
+        self.server_faults: dict[str, int] = {}
         self.in_flight = 0
         self.max_in_flight = 0
         self.filled: asyncio.Event | None = None  # created in the server's loop on first use
@@ -108,19 +121,6 @@ class SimState:
             if unit < edge:
                 return kind
         return None
-
-
-def answer_content(body: dict[str, Any], digest: str, config: SimConfig, index: int = 0) -> str:
-    """The (fault-free) answer: a choice, a schema-valid JSON document, or a sentence."""
-    texts, _ = request_texts(body)
-    rng = random.Random(f"{config.seed}|{digest}|{index}")
-    choices = request_choices(body)
-    if choices:
-        return choice_answer(choices, _unit(config.seed, "choice", digest, index), config.yes_rate)
-    schema = request_schema(body)
-    if schema:
-        return schema_answer(schema, texts, rng)
-    return sentence(rng, content_words(texts))
 
 
 def request_identity(body: dict[str, Any]) -> str:
@@ -153,6 +153,7 @@ def create_app(config: SimConfig | None = None) -> Starlette:
                 "answers": state.answers,
                 "keys": state.keys,
                 "faults": state.faults,
+                "server_faults": state.server_faults,
                 "max_in_flight": state.max_in_flight,
             }
         )
@@ -164,6 +165,7 @@ def create_app(config: SimConfig | None = None) -> Starlette:
         state.answers.clear()
         state.keys.clear()
         state.faults = dict.fromkeys(FAULT_KINDS, 0)
+        state.server_faults.clear()
         state.max_in_flight = state.in_flight
         return JSONResponse({"reset": True})
 
@@ -176,8 +178,10 @@ def create_app(config: SimConfig | None = None) -> Starlette:
         attempt = state.attempts.get(identity, 0)
         state.attempts[identity] = attempt + 1
         state.keys.setdefault(digest, request.headers.get(KEY_HEADER, ""))
-        fault = state.fault_for(identity, attempt)
-        if fault:
+        fault = server_fault(state.config, body) or state.fault_for(identity, attempt)
+        if fault in SERVER_FAULT_ERRORS:
+            state.server_faults[fault] = state.server_faults.get(fault, 0) + 1
+        elif fault:
             state.faults[fault] += 1
         else:
             state.answers[identity] = state.answers.get(identity, 0) + 1
@@ -222,6 +226,8 @@ async def _respond(state: SimState, body: dict[str, Any], digest: str, fault: st
         await asyncio.sleep(delay)
     if fault == "http_500":
         return JSONResponse({"error": {"message": "simulated server error", "type": "server_error"}}, 500)
+    if fault in SERVER_FAULT_ERRORS:
+        return JSONResponse({"error": {"message": SERVER_FAULT_ERRORS[fault], "type": "server_error"}}, 500)
     if fault == "http_429":
         return JSONResponse(
             {"error": {"message": "simulated rate limit", "type": "rate_limit"}},
@@ -232,24 +238,14 @@ async def _respond(state: SimState, body: dict[str, Any], digest: str, fault: st
     contents = [(answer_content(body, digest, cfg, i), "stop") for i in range(n)]
     if fault in ("empty", "truncated", "malformed_json", "schema_invalid"):
         contents[0] = faulty_content(fault, contents[0][0], body)
+    cut = [truncated_json(cfg, digest, c) for c in contents]
+    if cut != contents:
+        state.server_faults["truncate_json"] = state.server_faults.get("truncate_json", 0) + 1
+        contents = cut
     payload = json.dumps(completion_payload(body, contents)).encode()
     if fault == "drop":
-        return _DroppedResponse(payload)
+        return DroppedResponse(payload)
     return Response(payload, media_type="application/json")
-
-
-class _DroppedResponse(Response):
-    """Sends headers and half the body, then fails: the server closes the connection mid-answer."""
-
-    def __init__(self, payload: bytes) -> None:
-        super().__init__(payload, media_type="application/json")
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-        await send(
-            {"type": "http.response.body", "body": self.body[: len(self.body) // 2], "more_body": True}
-        )
-        raise ConnectionAbortedError("simulated dropped connection")
 
 
 def free_port() -> int:
