@@ -111,7 +111,21 @@ class _Writer:
         self.used: set[str] = set()
 
     def item(self, lens: str) -> dict[str, str]:
-        idiom = self._idiom(lens)
+        """One text; an idiom text is kept only if the bank's matcher reads the idiom as idiomatic
+        (a nearby cue word can make it a literal use), else another idiom is tried."""
+        from lenses_data.phrase_bank import default_phrase_bank
+
+        for _ in range(4):
+            item = self._item(lens, self._idiom(lens))
+            if not item.pop("_idiom") or default_phrase_bank().find(
+                item[TEXT_KEY[self.kind]], BANK_LISTING[self.kind]
+            ):
+                return item
+        item = self._item(lens, "")
+        item.pop("_idiom")
+        return item
+
+    def _item(self, lens: str, idiom: str) -> dict[str, str]:
         cores = st.IDIOM_CORES[lens] if idiom else st.CORES[lens]
         core = self._pick(cores)
         target = target_words(self.rng, self.kind, lens, self.cfg)
@@ -119,7 +133,7 @@ class _Writer:
         frame_words = len(words(frame.replace("{Clause}", "").replace("{clause}", "")))
         clause = self._extend(st.fill(core, self.scene, idiom), lens, target - frame_words)
         text = frame.replace("{Clause}", st._cap(clause)).replace("{clause}", clause[:1].lower() + clause[1:])
-        return {TEXT_KEY[self.kind]: text, "Focus": self._focus(core), "Category": lens}
+        return {TEXT_KEY[self.kind]: text, "Focus": self._focus(core), "Category": lens, "_idiom": idiom}
 
     def _frame(self) -> str:
         """Prompts vary their syntax (Listing 2), each frame once per answer; captions are plain."""
