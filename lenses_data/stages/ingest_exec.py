@@ -54,15 +54,25 @@ def in_order(outcomes: list[dict]) -> list[dict]:
     return sorted(outcomes, key=lambda outcome: outcome["seq"])
 
 
+DecodeFn = Callable[[list[dict], DecodeLimits, str], list[dict]]
+
+
 class DecodePool:
     """`decode_batch` in worker processes (or inline for one worker), surviving a dead worker.
 
     forkserver, not fork: the caller may run threads (flows, the download pool), and a forked
     child would inherit their locks. Workers preload Pillow through `lenses_data.imaging`.
+
+    A dead worker breaks the whole pool, so every batch in flight fails with it. Those batches are
+    redone image by image on a fresh pool: an image whose decode kills its process a second time is
+    rejected as `decoder_crashed`; every other image is decoded normally.
     """
 
-    def __init__(self, workers: int, limits: DecodeLimits, images_dir: str) -> None:
+    def __init__(
+        self, workers: int, limits: DecodeLimits, images_dir: str, decode: DecodeFn = decode_batch
+    ) -> None:
         self.workers, self.limits, self.images_dir = workers, limits, images_dir
+        self._decode = decode  # a module-level function: it is pickled to the worker processes
         self._pool: ProcessPoolExecutor | None = None
 
     def __enter__(self) -> DecodePool:
@@ -80,43 +90,68 @@ class DecodePool:
             self._pool = ProcessPoolExecutor(self.workers, mp_context=context)
         return self._pool
 
+    def _fresh_pool(self, broken: ProcessPoolExecutor | None) -> None:
+        """Drop the pool if it is the broken one (several batches notice the same breakage)."""
+        if broken is not None and broken is self._pool:
+            log.warning("ingest: a decode process died; redoing its batches on a new pool")
+            broken.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    def _submit_batch(self, tasks: list[dict]) -> tuple[Future, ProcessPoolExecutor]:
+        pool = self._executor()
+        try:
+            return pool.submit(self._decode, tasks, self.limits, self.images_dir), pool
+        except BrokenProcessPool:  # broke since the last submit: start a fresh pool
+            self._fresh_pool(pool)
+            pool = self._executor()
+            return pool.submit(self._decode, tasks, self.limits, self.images_dir), pool
+
     def submit(self, ready: list[dict], tasks: list[dict]) -> Any:
         """Outcomes for `ready` (known already) plus decoded `tasks`, as a value or a future."""
         if not tasks:
             return ready
         if self.workers <= 1:
-            return in_order(ready + decode_batch(tasks, self.limits, self.images_dir))
-        try:
-            future = self._executor().submit(decode_batch, tasks, self.limits, self.images_dir)
-        except BrokenProcessPool:  # an earlier batch killed a worker: start a fresh pool
-            log.warning("ingest: decode pool broke; starting a new one")
-            self._pool.shutdown(cancel_futures=True)
-            self._pool = None
-            future = self._executor().submit(decode_batch, tasks, self.limits, self.images_dir)
-        return _Joined(ready, future, tasks)
+            return in_order(ready + self._decode(tasks, self.limits, self.images_dir))
+        future, pool = self._submit_batch(tasks)
+        return _Joined(self, ready, future, pool, tasks)
+
+    def redo_one_by_one(self, broken: ProcessPoolExecutor, tasks: list[dict]) -> list[dict]:
+        """Decode each task of a batch lost to a dead worker on its own, on a fresh pool."""
+        self._fresh_pool(broken)
+        outcomes = []
+        for task in tasks:
+            future, pool = self._submit_batch([task])
+            try:
+                outcomes.extend(future.result())
+            except BrokenProcessPool as error:  # this image kills its decoder: reject it alone
+                self._fresh_pool(pool)
+                outcomes.append(_crashed(task, error))
+        return outcomes
+
+
+def _crashed(task: dict, error: BaseException) -> dict:
+    return {
+        "seq": task["seq"],
+        "ok": False,
+        "image_id": None,
+        "reason": DECODER_CRASHED,
+        "message": f"decoding this image killed its process twice ({error})",
+    }
 
 
 class _Joined:
     """Outcomes known before decoding plus a decode future, as one future-like result."""
 
-    def __init__(self, ready: list[dict], future: Future, tasks: list[dict]) -> None:
-        self._ready, self._future, self._tasks = ready, future, tasks
+    def __init__(
+        self, owner: DecodePool, ready: list[dict], future: Future, pool: ProcessPoolExecutor, tasks: list[dict]
+    ) -> None:
+        self._owner, self._ready, self._future, self._pool, self._tasks = owner, ready, future, pool, tasks
 
     def result(self, timeout: float | None = None) -> list[dict]:
         try:
             decoded = self._future.result(timeout)
-        except BrokenProcessPool as error:  # a decoder killed its process: lose the batch, not the run
-            message = f"decode process died ({error}); the batch was not decoded"
-            decoded = [
-                {
-                    "seq": t["seq"],
-                    "ok": False,
-                    "image_id": None,
-                    "reason": DECODER_CRASHED,
-                    "message": message,
-                }
-                for t in self._tasks
-            ]
+        except BrokenProcessPool:  # some decoder died: redo this batch image by image
+            decoded = self._owner.redo_one_by_one(self._pool, self._tasks)
         return in_order(self._ready + decoded)
 
 

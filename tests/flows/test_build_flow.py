@@ -79,3 +79,19 @@ def test_sample_build_runs_every_stage_and_resumes_without_new_work(prefect_harn
     again = _export_frames(run)
     for name in ("images", "captions", "prompts"):
         pd.testing.assert_frame_equal(frames[name], again[name])
+
+    # Outputs on disk decide what is done: a deleted export is rebuilt, and so is a deleted run.
+    import shutil
+
+    shutil.rmtree(run / "export")
+    third = build_dataset(params)
+    assert third["stages"][-1]["shards_skipped"] == 0
+    rebuilt = _export_frames(run)
+    for name in ("images", "captions", "prompts", "rejections"):
+        pd.testing.assert_frame_equal(frames[name], rebuilt[name])
+    shutil.rmtree(run)
+    fourth = build_dataset(params)
+    assert all(s["shards_skipped"] == 0 for s in fourth["stages"])
+    regenerated = _export_frames(run)
+    for name in ("images", "captions", "prompts", "rejections"):
+        pd.testing.assert_frame_equal(frames[name], regenerated[name])

@@ -335,18 +335,27 @@ def test_every_redirect_hop_is_host_checked(http_server: str, monkeypatch: pytes
     assert _fetch_reason(f"{http_server}/to-localhost", config) == "private_host"
 
 
-def test_dead_decode_worker_costs_its_batch_not_the_run() -> None:
-    from concurrent.futures import Future
-    from concurrent.futures.process import BrokenProcessPool
+def test_a_dead_decode_process_costs_only_the_image_that_killed_it(tmp_path: Path) -> None:
+    """Real worker processes, one of them SIGKILLed mid-run: every batch in flight is redone."""
+    from lenses_data.config import config_from_dict
+    from lenses_data.stages.ingest import decode_limits
+    from lenses_data.stages.ingest_exec import DecodePool, batched, ordered
+    from tests.lenses_data.crash_decoder import decode_or_die
 
-    from lenses_data.stages.ingest_exec import _Joined
-
-    future: Future = Future()
-    future.set_exception(BrokenProcessPool("worker killed"))
-    ready = [{"seq": 1, "ok": False, "image_id": None, "reason": "malformed_row", "message": "m"}]
-    outcomes = _Joined(ready, future, [{"seq": 0}, {"seq": 2}]).result()
-    assert [o["seq"] for o in outcomes] == [0, 1, 2]
-    assert [o["reason"] for o in outcomes] == ["decoder_crashed", "malformed_row", "decoder_crashed"]
+    paths = []
+    for index in range(60):
+        name = "poison-17.jpg" if index == 17 else f"img-{index:02d}.jpg"
+        image = Image.new("RGB", (64 + index, 48), (index * 4, 90, 200 - index * 3))
+        image.save(tmp_path / name, "JPEG")
+        paths.append(str(tmp_path / name))
+    tasks = [{"seq": seq, "path": path} for seq, path in enumerate(paths)]
+    limits = decode_limits(config_from_dict({"ingest": {"min_side": 16}}, environ={}))
+    with DecodePool(2, limits, str(tmp_path / "out"), decode=decode_or_die) as pool:
+        outcomes = [o for batch in ordered(lambda b: pool.submit([], b), batched(tasks, 5), 6) for o in batch]
+    assert [o["seq"] for o in outcomes] == list(range(60))
+    crashed = [o["seq"] for o in outcomes if not o["ok"]]
+    assert crashed == [17], [(o["seq"], o.get("reason")) for o in outcomes if not o["ok"]]
+    assert outcomes[17]["reason"] == "decoder_crashed" and "twice" in outcomes[17]["message"]
 
 
 def test_parquet_path_cells_and_compressed_shards(tmp_path: Path) -> None:
