@@ -28,7 +28,11 @@ class ScoringSection(_Section):
 
 class MetricsSection(_Section):
     ks: tuple[int, ...] = (1, 5, 10)
-    protocols: tuple[Literal["lens_gallery", "full_gallery"], ...] = ("lens_gallery", "full_gallery")
+    protocols: tuple[Literal["lens_slot", "lens_gallery", "full_gallery"], ...] = Field(
+        default=("lens_slot", "lens_gallery", "full_gallery"),
+        min_length=1,
+        description="Per-lens R@K protocols (docs/evaluation.md); lens_slot = main paper Sec. 4.2, lens model only",
+    )
     max_chunk_bytes: int = 256 * 2**20
 
 

@@ -24,7 +24,8 @@ from training.baselines import (
     text_only_retrieval,
 )
 from training.eval_config import EvalConfig
-from training.metrics import retrieval_metrics
+from training.eval_lens_slot import lens_slot_metrics
+from training.metrics import protocol_free, retrieval_metrics
 from training.scoring import (
     all_lens_text_slots,
     fallback_rates,
@@ -75,6 +76,23 @@ def _metrics(sim: Any, enc: EncodedSplit, cfg: EvalConfig, protocol: str) -> dic
     )
 
 
+def gallery_protocols(cfg: EvalConfig) -> list[str]:
+    """The configured protocols that rank one score matrix (every system has them)."""
+    return [p for p in cfg.metrics.protocols if p != "lens_slot"]
+
+
+def _lens_slot(enc: EncodedSplit, cfg: EvalConfig, txt_lens: torch.Tensor, overall: dict) -> dict[str, float]:
+    """The main paper's per-lens protocol (needs slots: lens model only) next to its overall metrics."""
+    s = cfg.scoring
+    per_lens = lens_slot_metrics(
+        enc.img_slots, enc.img_slot_lens, enc.img_global, enc.txt_slots, enc.txt_global,
+        enc.caption_image, enc.caption_lens, txt_slot_lens=txt_lens, alpha=s.alpha,
+        denominator=s.denominator, fallback=s.fallback, image_chunk=s.image_chunk, text_chunk=s.text_chunk,
+        ks=cfg.metrics.ks, max_chunk_bytes=cfg.metrics.max_chunk_bytes,
+    )  # fmt: skip
+    return {**protocol_free(overall), **per_lens}
+
+
 def _text_slot_lens(enc: EncodedSplit, cfg: EvalConfig) -> torch.Tensor:
     if cfg.scoring.text_slots == "all":
         return all_lens_text_slots(len(enc.txt_slots))
@@ -99,9 +117,15 @@ def evaluate_encoded(
     all_scores = {MAIN_SYSTEM: scores, **(extra_systems or {})}
     t0 = time.perf_counter()
     for name, sim in all_scores.items():
-        for protocol in cfg.metrics.protocols:
+        for protocol in gallery_protocols(cfg):
             systems[protocol][name] = _metrics(sim, enc, cfg, protocol)
     timings["metrics"] = time.perf_counter() - t0
+    if "lens_slot" in systems:
+        t0 = time.perf_counter()
+        first = gallery_protocols(cfg)
+        overall = systems[first[0]][MAIN_SYSTEM] if first else _metrics(scores, enc, cfg, "full_gallery")
+        systems["lens_slot"][MAIN_SYSTEM] = _lens_slot(enc, cfg, txt_lens, overall)
+        timings["metrics_lens_slot"] = time.perf_counter() - t0
     results: dict[str, Any] = {"systems": systems}
     results["fallback"] = fallback_rates(enc.img_slot_lens, txt_lens, enc.caption_image, enc.caption_lens)
     if cfg.routing:
@@ -140,7 +164,7 @@ def evaluate_encoded(
 def _ablations(enc: EncodedSplit, cfg: EvalConfig, main_scores: np.ndarray) -> dict[str, dict[str, float]]:
     """Supplementary Table 3 on the same fixed embeddings (all five text slots active)."""
     out = {}
-    protocol = cfg.metrics.protocols[0]
+    protocol = (gallery_protocols(cfg) or ["lens_gallery"])[0]
     for variant in SIMILARITY_VARIANTS:
         reuse = variant == "lens_masked_global" and cfg.scoring.text_slots == "all" and cfg.scoring.fallback
         sim = main_scores if reuse else similarity_ablation_scores(
@@ -163,7 +187,8 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
         for name, m in systems.items():
             lines.append(
                 f"[{protocol}] {name}: I->T R@1 {m['all/i2t/R@1']:.2f}  T->I R@1 {m['all/t2i/R@1']:.2f}  "
-                f"RSUM {m['RSUM']:.1f}  LC@10 {m['LC@10']:.1f}"
+                f"RSUM {m['RSUM']:.1f}  LC@10 {m['LC@10']:.1f}  "
+                f"macro I->T R@1 {m['macro/i2t/R@1']:.2f}  macro T->I R@1 {m['macro/t2i/R@1']:.2f}"
             )
     return lines
 

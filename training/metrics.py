@@ -80,6 +80,12 @@ def rank_summary(ranks: np.ndarray, suffix: str = "") -> dict[str, float]:
     }
 
 
+def protocol_free(metrics: dict[str, float]) -> dict[str, float]:
+    """The metrics that do not depend on the per-lens protocol (everything but per-lens and macro)."""
+    per_lens = tuple(f"{name}/" for name in LENS_KEYS) + ("macro/",)
+    return {k: v for k, v in metrics.items() if not k.startswith(per_lens)}
+
+
 def macro_recall(metrics: dict[str, float], ks: Sequence[int]) -> dict[str, float]:
     """Main Table 6's macro R@K: per direction, the unweighted mean of the per-lens R@K.
 

@@ -1,8 +1,9 @@
 """Evaluation reports: metrics.json, markdown tables laid out like the paper's, routing heatmap.
 
-Tables: main Table 2 (lens x direction x R@1/R@5, one row per system), main Table 4 (lens
-diversity), polysemy metrics (IMP), supplementary Table 3 (similarity ablations), Table 4
-(fallback rates), main Table 3b (text-only) and external benchmarks.
+Tables: main Table 2 (lens x direction x R@1/R@5, one row per system, one table per per-lens
+protocol), main Table 6 (macro R@K over the five lenses), main Table 4 (lens diversity),
+polysemy metrics (IMP), supplementary Table 3 (similarity ablations), Table 4 (fallback
+rates), main Table 3b (text-only) and external benchmarks.
 """
 
 from __future__ import annotations
@@ -17,6 +18,11 @@ import numpy as np
 from training.metrics import LENS_KEYS
 
 LENS_TITLES = ("Literal", "Figurative", "Abstract", "Background", "Emotional")
+PROTOCOL_TITLES = {
+    "lens_slot": "lens-specific slot retrieval: lens-c slots only (main Sec. 4.2)",
+    "lens_gallery": "full score, gallery of lens-c captions",
+    "full_gallery": "full score, full gallery (supp. per-category R@K)",
+}
 
 
 def _fmt(value: Any, digits: int = 2) -> str:
@@ -47,12 +53,34 @@ def table4_markdown(systems: dict[str, dict[str, float]]) -> str:
     return _table(["Model", *cols], [[n, *(_fmt(m.get(c), 1) for c in cols)] for n, m in systems.items()])
 
 
+def macro_markdown(by_protocol: dict[str, dict[str, dict[str, float]]], ks: tuple[int, ...]) -> str:
+    """Main Table 6: per direction, the mean over lenses of per-lens R@K; one row per system and protocol."""
+    header = ["Model", "Protocol"] + [f"{t} R@{k}" for t in ("I→T", "T→I") for k in ks] + ["lenses"]
+    rows = []
+    for protocol, systems in by_protocol.items():
+        for name, m in systems.items():
+            cells = [_fmt(m.get(f"macro/{d}/R@{k}")) for d in ("i2t", "t2i") for k in ks]
+            rows.append([name, f"`{protocol}`", *cells, _fmt(m.get("macro/n_lenses"), 0)])
+    return _table(header, rows)
+
+
+def slot_coverage_markdown(m: dict[str, float]) -> str:
+    """Lens-slot queries whose image has no slot of the lens (global fallback, or misses without it)."""
+    rows = [
+        [t, _fmt(m.get(f"{k}/i2t/n_without_slot"), 0), _fmt(m.get(f"{k}/t2i/n_without_slot"), 0)]
+        for t, k in zip(LENS_TITLES, LENS_KEYS, strict=True)
+    ]
+    return _table(["Lens", "I→T queries without a lens slot", "T→I queries without a lens slot"], rows)
+
+
 def polysemy_markdown(systems: dict[str, dict[str, float]]) -> str:
+    """R@K, meanR/medR of the best positive, IMP's meanR/medR over all positives (I→T), mAP@R."""
     header = ["Model"]
     keys = []
+    i2t_only = ("meanR_allpos", "medR_allpos", "mAP@R")  # T→I: one positive, so _allpos = best
     for d, title in (("i2t", "I→T"), ("t2i", "T→I")):
-        for k in ("R@1", "R@5", "R@10", "meanR", "medR") + (("mAP@R",) if d == "i2t" else ()):
-            header.append(f"{title} {k}")
+        for k in ("R@1", "R@5", "R@10", "meanR", "medR") + (i2t_only if d == "i2t" else ()):
+            header.append(f"{title} {k.replace('_allpos', ' (all pos.)')}")
             keys.append(f"all/{d}/{k}")
     header.append("RSUM")
     keys.append("RSUM")
@@ -116,17 +144,26 @@ def render_markdown(results: dict[str, Any]) -> str:
     """All tables of one evaluation as one markdown document."""
     ks = tuple(results.get("meta", {}).get("ks", (1, 5, 10)))
     parts = [f"# Evaluation report ({results.get('meta', {}).get('split', '?')} split)"]
-    for protocol, systems in results.get("systems", {}).items():
+    by_protocol = results.get("systems", {})
+    for protocol, systems in by_protocol.items():
         parts += [
-            f"## Lens-aware retrieval, R@K (%) — protocol `{protocol}` (main Table 2)",
+            f"## Lens-aware retrieval, R@K (%) — protocol `{protocol}`: "
+            f"{PROTOCOL_TITLES.get(protocol, protocol)} (main Table 2)",
             table2_markdown(systems),
         ]
-    main = results.get("systems", {}).get("lens_gallery") or next(
-        iter(results.get("systems", {}).values()), {}
-    )
+        if protocol == "lens_slot":
+            parts += [slot_coverage_markdown(m) for m in systems.values()]
+    if by_protocol:
+        parts += ["## Macro R@K (%) over the five lenses (main Table 6)", macro_markdown(by_protocol, ks)]
+    # Overall and diversity metrics do not depend on the protocol; a gallery protocol lists every system.
+    galleries = [p for p in by_protocol if p != "lens_slot"]
+    main = by_protocol[galleries[0]] if galleries else next(iter(by_protocol.values()), {})
     if main:
         parts += ["## Lens diversity at 10 (main Table 4)", table4_markdown(main)]
-        parts += ["## Polysemy metrics (IMP): R@K, meanR, medR, mAP@R", polysemy_markdown(main)]
+        parts += [
+            "## Polysemy metrics (IMP): R@K, meanR, medR (best positive; all positives), mAP@R",
+            polysemy_markdown(main),
+        ]
     if results.get("ablations"):
         parts += [
             "## Similarity ablation on fixed embeddings (supp. Table 3)",

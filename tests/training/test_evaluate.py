@@ -10,8 +10,10 @@ import torch
 
 from training.baselines import global_scores
 from training.eval_config import EvalConfig, load_eval_config
+from training.eval_lens_slot import lens_slot_metrics
 from training.evaluate import MAIN_SYSTEM, EncodedSplit, evaluate_encoded, write_outputs
-from training.metrics import retrieval_metrics
+from training.metrics import LENS_KEYS, retrieval_metrics
+from training.scoring import score_lens_slots
 
 
 def random_split(seed=0, n_img=12, per_image=4, dim=16, n_slots=6):
@@ -41,6 +43,7 @@ def test_evaluate_encoded_and_reports(tmp_path):
     cfg = EvalConfig(out_dir=str(tmp_path))
     glob = global_scores(enc.img_global, enc.txt_global)
     results = evaluate_encoded(enc, cfg, extra_systems={"Global-only": glob})
+    assert list(results["systems"]) == ["lens_slot", "lens_gallery", "full_gallery"]
     lens_gallery = results["systems"]["lens_gallery"]
     assert set(lens_gallery) == {MAIN_SYSTEM, "Global-only"}
     assert lens_gallery["Global-only"] == retrieval_metrics(glob, enc.caption_image, enc.caption_lens)
@@ -49,6 +52,18 @@ def test_evaluate_encoded_and_reports(tmp_path):
     assert results["ablations"]["Global only"] == lens_gallery["Global-only"]
     full = results["systems"]["full_gallery"][MAIN_SYSTEM]
     assert full["all/i2t/R@1"] == lens_gallery[MAIN_SYSTEM]["all/i2t/R@1"]  # 'all' is protocol-free
+    # The lens-slot protocol needs slots: only the lens model has it, with the overall metrics
+    # of the full score and the per-lens/macro numbers of lens_slot_metrics on the encodings.
+    slot = results["systems"]["lens_slot"]
+    assert set(slot) == {MAIN_SYSTEM}
+    direct = lens_slot_metrics(
+        enc.img_slots, enc.img_slot_lens, enc.img_global, enc.txt_slots, enc.txt_global,
+        enc.caption_image, enc.caption_lens,
+    )  # fmt: skip
+    assert {k: v for k, v in slot[MAIN_SYSTEM].items() if k in direct} == direct
+    assert slot[MAIN_SYSTEM]["RSUM"] == lens_gallery[MAIN_SYSTEM]["RSUM"]
+    differs = [k for k in direct if k.startswith(LENS_KEYS) and direct[k] != lens_gallery[MAIN_SYSTEM].get(k)]
+    assert differs  # a different protocol, not the lens-gallery numbers under another name
     assert np.nansum(results["routing"]["by_lens_counts"]) == len(enc.caption_lens)
     assert "P2C/R@1" in results["text_only"]
 
@@ -59,6 +74,12 @@ def test_evaluate_encoded_and_reports(tmp_path):
     )
     report = paths["report"].read_text()
     assert "| Model | Literal I→T R@1 | Literal I→T R@5 | Literal T→I R@1" in report
+    assert "protocol `lens_slot`" in report and "main Table 6" in report
+    macro_row = next(
+        line for line in report.splitlines() if line.startswith(f"| {MAIN_SYSTEM} | `lens_slot`")
+    )
+    assert f"| {slot[MAIN_SYSTEM]['macro/i2t/R@1']:.2f} |" in macro_row
+    assert "I→T meanR (all pos.)" in report and "I→T queries without a lens slot" in report
     assert "Global fallback usage" in report and "P→C" in report
     assert paths["routing"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -146,15 +167,30 @@ def test_lenses_evaluate_on_tiny_trained_model(tiny_config, tiny_export, tmp_pat
     assert MAIN_SYSTEM in systems and any(k.startswith("Zero-shot open_clip") for k in systems)
     n_img, n_cap = data["meta"]["n_images"], data["meta"]["n_captions"]
     assert n_img == 2 and n_cap > n_img
-    assert 0.0 <= systems[MAIN_SYSTEM]["all/i2t/R@1"] <= 100.0
-    assert systems[MAIN_SYSTEM]["all/t2i/R@5"] == 100.0  # 2 images: a caption's image is always in the top 5
+    # The reported numbers are those of the encodings written next to them.
+    from training.eval_inputs import read_encodings, split_labels
+
+    enc = read_encodings(out / "encodings", split_labels(str(tiny_export), "test"))
+    sim = score_lens_slots(enc.img_slots, enc.img_slot_lens, enc.img_global, enc.txt_slots, enc.txt_global)
+    want = retrieval_metrics(sim, enc.caption_image, enc.caption_lens)
+    for key in ("all/i2t/R@1", "all/t2i/R@1", "all/i2t/meanR_allpos", "macro/t2i/R@1", "LC@10"):
+        assert systems[MAIN_SYSTEM][key] == pytest.approx(want[key]), key
+    slot = data["systems"]["lens_slot"][MAIN_SYSTEM]
+    want_slot = lens_slot_metrics(
+        enc.img_slots, enc.img_slot_lens, enc.img_global, enc.txt_slots, enc.txt_global,
+        enc.caption_image, enc.caption_lens,
+    )  # fmt: skip
+    assert slot["macro/i2t/R@1"] == pytest.approx(want_slot["macro/i2t/R@1"])
+    assert slot["macro/n_lenses"] == want_slot["macro/n_lenses"] >= 1
     assert "P2C/R@1" in data["text_only"] and set(data["ablations"]) >= {
         "Global only",
         "No-mask smooth Chamfer",
     }
     assert data["external"]["IRFL idiom_detection_task (zero-shot open_clip)"]["accuracy"] in (0.0, 100.0)
     assert "all/i2t/R@1" in data["external"]["ArtEmis (zero-shot open_clip)"]
-    assert (out / "routing.png").exists() and "main Table 2" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert (out / "routing.png").exists() and "main Table 2" in report and "main Table 6" in report
+    assert "protocol `lens_slot`" in report and "(all pos.)" in report
     assert (out / "encodings" / "manifest.json").exists()  # encoded through training.encode
 
 
