@@ -1,0 +1,139 @@
+"""`lenses plan`: GPU-hours and wall-clock time of a build, projected from a run's journals."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "plan",
+        help="project GPU-hours per stage from a run's journals to a target candidate count",
+        description="Read the run's per-shard journals (requests, prompt and completion tokens per stage) "
+        "and stage markers (the funnel), scale them to --candidates at the run's or the paper's yields, "
+        "and price them with a throughput table (default configs/throughput-h200.yaml). Prints a table "
+        "and every assumption; --json writes the plan for the dataset card.",
+    )
+    parser.add_argument("--run", required=True, help="run directory with journal/ and stage markers")
+    parser.add_argument("--candidates", type=float, help="target candidate images (default: the run's)")
+    parser.add_argument(
+        "--yields",
+        choices=("run", "paper"),
+        default="run",
+        help="funnel shares: the run's, or the paper's Table 1 (105,669 of ~1M selected, 5,500 test)",
+    )
+    parser.add_argument("--nodes", type=int, default=4, help="GPU nodes (default 4)")
+    parser.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
+    parser.add_argument("--throughput", help="YAML/JSON throughput table merged over the default")
+    parser.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one table value, e.g. assumptions.prefill_efficiency=0.8 or "
+        "models.OpenGVLab/InternVL3_5-38B.gpus_per_replica=2 (repeatable)",
+    )
+    parser.add_argument("--filter-tiles", type=int, help="448 px tiles per filter request")
+    parser.add_argument("--full-tiles", type=int, help="tiles per generation and visual-validation request")
+    parser.add_argument(
+        "--answers-per-image", type=int, help="answers per image and kind (annotate.candidates_per_image)"
+    )
+    parser.add_argument(
+        "--config", help="pipeline config: its models and candidates_per_image replace the run's"
+    )
+    parser.add_argument("--json", dest="json_out", help="write the plan as JSON here ('-' for stdout)")
+    parser.set_defaults(func=handle)
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    from lenses_data.config import deep_merge
+    from lenses_data.plan import parse_sets
+
+    tiles: dict[str, int] = {}
+    if args.filter_tiles is not None:
+        tiles["filter"] = args.filter_tiles
+    if args.full_tiles is not None:
+        tiles.update(generator=args.full_tiles, visual_validator=args.full_tiles)
+    flags = {"assumptions": {"tiles": tiles}} if tiles else {}
+    return deep_merge(flags, parse_sets(args.sets))
+
+
+def handle(args: argparse.Namespace) -> int:
+    from lenses_data.plan import STAGE_ROLE, PlanError, build_plan, load_table
+
+    options: dict[str, Any] = {"answers_per_image": args.answers_per_image}
+    if args.config:
+        from lenses_data.config import ConfigError, load_config
+
+        try:
+            config = load_config(args.config)
+        except ConfigError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        options["models"] = {role: config.models.role(role).model for role in STAGE_ROLE.values()}
+        options["answers_per_image"] = args.answers_per_image or config.annotate.candidates_per_image
+    try:
+        table = load_table(args.throughput, _overrides(args))
+        plan = build_plan(
+            args.run,
+            candidates=args.candidates,
+            yields=args.yields,
+            nodes=args.nodes,
+            gpus_per_node=args.gpus_per_node,
+            table=table,
+            **options,
+        )
+    except (PlanError, ValueError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    payload = json.dumps(plan.model_dump(mode="json"), indent=2)
+    if args.json_out == "-":
+        print(payload)
+        return 0
+    print(format_plan(plan))
+    if args.json_out:
+        Path(args.json_out).write_text(payload + "\n", encoding="utf-8")
+        print(f"\nplan JSON: {args.json_out}")
+    return 0
+
+
+def _n(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def format_plan(plan: Any) -> str:
+    """The plan as a readable table, the rates used and the assumptions."""
+    f = plan.target_funnel
+    kind = "simulated run" if plan.simulated_run else "run"
+    lines = [
+        f"lenses plan: {plan.run} ({kind}) -> {_n(plan.candidates)} candidates at {plan.yields} yields, "
+        f"{plan.nodes} x {plan.gpus_per_node} {plan.gpu}",
+        f"funnel: {_n(f.filter_images)} filtered, {_n(f.selected_images)} selected, "
+        f"{_n(f.test_images)} test, {f.answers_per_image} answer(s) per image and kind",
+        "",
+        f"{'stage':<16}{'requests':>11}{'prefill tok':>15}{'tiles':>12}{'decode tok':>14}"
+        f"{'prefill h':>11}{'vision h':>10}{'decode h':>10}{'GPU-h':>8}{'wall h':>8}",
+    ]
+    for s in plan.stages:
+        lines.append(
+            f"{s.stage:<16}{_n(s.requests):>11}{_n(s.prefill_tokens):>15}{_n(s.encoded_tiles):>12}"
+            f"{_n(s.decode_tokens):>14}{s.prefill_gpu_hours:>11.1f}{s.vision_gpu_hours:>10.1f}"
+            f"{s.decode_gpu_hours:>10.1f}{s.gpu_hours:>8.1f}{s.wall_clock_hours:>8.2f}"
+        )
+    lines.append(f"{'total':<16}{'':>91}{plan.total_gpu_hours:>8.1f}{plan.wall_clock_hours:>8.2f}")
+    lines += ["", "rates per replica:"]
+    for model, r in plan.rates.items():
+        gpus = plan.table.models[model].gpus_per_replica
+        vision = f", vision {r.vision_tiles_per_s:,.0f} tiles/s" if r.vision_tiles_per_s else ""
+        source = f"roofline: {', '.join(r.derived)}" if r.derived else "table"
+        lines.append(
+            f"  {model} ({gpus} GPU): prefill {r.prefill_tokens_per_s:,.0f} tok/s{vision}, decode "
+            f"{r.decode_tokens_per_s:,.0f} tok/s at ~{r.decode_batch:.0f} sequences ({source})"
+        )
+    lines += ["", "assumptions:"] + [f"  - {line}" for line in plan.assumptions]
+    return "\n".join(lines)
