@@ -367,7 +367,7 @@ def _run_tokens(s: StageStats, a: Assumptions) -> tuple[float, float, float]:
         # A choice (the filter's YES/NO) is one token; JSON answers carry quotes, braces and keys.
         completion = s.completion * (1.0 if s.role == "filter" else a.completion_tokens_per_word)
     else:  # a model server counts the image's tokens in prompt_tokens
-        run_tiles = (a.run_tiles or a.tiles).get(s.role, 0)
+        run_tiles = {**a.tiles, **(a.run_tiles or {})}.get(s.role, 0)
         text = max(0.0, s.prompt - s.requests * run_tiles * a.tokens_per_tile)
         completion = s.completion
     prefix = min(text, s.prefix_words * a.prompt_tokens_per_word) if a.prefix_cache else 0.0
