@@ -19,7 +19,7 @@ from training.metrics import LENS_KEYS
 
 LENS_TITLES = ("Literal", "Figurative", "Abstract", "Background", "Emotional")
 PROTOCOL_TITLES = {
-    "lens_slot": "lens-specific slot retrieval: lens-c slots only (main Sec. 4.2)",
+    "lens_slot": "lens-specific slot retrieval, lens-c slots only (main Sec. 4.2)",
     "lens_gallery": "full score, gallery of lens-c captions",
     "full_gallery": "full score, full gallery (supp. per-category R@K)",
 }
@@ -147,8 +147,8 @@ def render_markdown(results: dict[str, Any]) -> str:
     by_protocol = results.get("systems", {})
     for protocol, systems in by_protocol.items():
         parts += [
-            f"## Lens-aware retrieval, R@K (%) — protocol `{protocol}`: "
-            f"{PROTOCOL_TITLES.get(protocol, protocol)} (main Table 2)",
+            f"## Lens-aware retrieval, R@K (%) — protocol `{protocol}`, "
+            f"{PROTOCOL_TITLES.get(protocol, protocol)}; layout of main Table 2",
             table2_markdown(systems),
         ]
         if protocol == "lens_slot":

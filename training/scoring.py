@@ -8,6 +8,9 @@ lens (an image slot of lens l only ever meets text slot l: 5x less work) over sl
 in "levels" so per-image log-sum-exps are slices, not scatters. That keeps 5,500 x 38,259
 feasible on a CPU; `tests/training/test_scoring.py` checks the two agree.
 
+`score_one_lens` is the same score with a single lens taking part (image c-slots against the
+text c-slot), the scores of the lens-slot protocol (`training.eval_lens_slot`).
+
 Also here: fallback rates per caption lens (supplementary Table 4) and the routing matrix of
 supplementary Fig. 1 (which image-slot lens wins for each caption lens on its own image).
 """
