@@ -139,16 +139,17 @@ def _free_port() -> int:
 
 class PaperServer:
     """Answers like the paper's models did: filter YES, generator the published texts of the row
-    assigned to the image, validators echo their input items unchanged."""
+    assigned to the image, validators echo their input items unchanged. Anything else (the
+    client's capability probe) gets what a server honouring the constraint would say."""
 
     def __init__(self, examples: dict[str, list[list[tuple[str, str]]]]) -> None:
         from lenses_data.prompts import get_template
 
         self.examples = examples
         self.row_of_image: dict[str, int] = {}
-        self.kind_of_template = {
-            get_template("image_side_prompts").text: "prompt",
-            get_template("captions").text: "caption",
+        self.templates = {
+            name: get_template(name).text
+            for name in ("filter", "image_side_prompts", "captions", "text_validation", "visual_validation")
         }
         self.calls: Counter[str] = Counter()
 
@@ -164,28 +165,36 @@ class PaperServer:
 
         async def chat(request: Request) -> JSONResponse:
             body = json.loads(await request.body())
-            role = str(body["model"]).removeprefix("paper/")
-            self.calls[role] += 1
             user = next(m for m in body["messages"] if m["role"] == "user")
-            content = self.answer(role, user["content"])
+            content = self.answer(body, user["content"])
             return JSONResponse(completion(body, content, int(body.get("n") or 1)))
 
         routes = [Route("/v1/models", models), Route("/v1/chat/completions", chat, methods=["POST"])]
         return Starlette(routes=routes)
 
-    def answer(self, role: str, content: str | list[dict]) -> str:
-        if role == "filter":
-            return "YES"
+    def template_of(self, text: str) -> str | None:
+        return next((name for name, t in self.templates.items() if text.startswith(t)), None)
+
+    def answer(self, body: dict, content: str | list[dict]) -> str:
         parts = [content] if isinstance(content, str) else content
         texts = [p if isinstance(p, str) else p.get("text", "") for p in parts]
-        if role == "generator":
-            kind = self.kind_of_template[texts[0]]
+        template = self.template_of(texts[0])
+        self.calls[template or "other"] += 1
+        choices = (body.get("structured_outputs") or {}).get("choice") or body.get("guided_choice")
+        if choices:
+            return "YES" if "YES" in choices else choices[0]
+        if template == "filter":
+            return "YES"
+        if template in ("image_side_prompts", "captions"):
+            kind = "prompt" if template == "image_side_prompts" else "caption"
             key = "Caption" if kind == "caption" else "Prompt"
             row = self.examples[kind][self.row_of_image[image_id_of(parts)]]
             # The figures do not print a Focus; its first three words stand in for it.
             return json.dumps([{key: t, "Focus": " ".join(t.split()[:3]), "Category": c} for c, t in row])
-        items_text = texts[-1] if len(texts) > 1 else texts[0][texts[0].rfind("\n\n[") :]
-        return json.dumps(json.loads(items_text))  # keep everything, unchanged
+        if template in ("text_validation", "visual_validation"):
+            items_text = texts[-1] if len(texts) > 1 else texts[0][texts[0].rfind("\n\n[") :]
+            return json.dumps(json.loads(items_text))  # keep everything, unchanged
+        return json.dumps({"answer": "ok"}) if body.get("response_format") else "yes"
 
 
 def image_id_of(parts: list) -> str:
@@ -291,7 +300,9 @@ def test_paper_outputs_survive_the_default_pipeline(ingested_run: Path, tmp_path
     with serve(server) as url:
         config = _config(url, run)
         _run(config, run, server)
-    assert server.calls["generator"] and server.calls["validator"] and server.calls["visual_validator"]
+    assert all(
+        server.calls[t] for t in ("captions", "image_side_prompts", "text_validation", "visual_validation")
+    )
 
     out = run / "export"
     exported = {
