@@ -81,3 +81,16 @@ def run_directory_lock(run_dir: str | os.PathLike[str], flow_run_id: str | None 
                     (run / OWNER_NAME).unlink()
     finally:
         handle.close()  # releases the flock
+
+
+def ensure_run_directory_free(run_dir: str | os.PathLike[str]) -> None:
+    """Raise `RunDirectoryInUse` now if a live run holds the directory (a courtesy check before a
+    flow starts, so the refusal is one clear line; the flow itself still takes the lock)."""
+    run = Path(run_dir)
+    if not (run / LOCK_NAME).exists():
+        return
+    with open(run / LOCK_NAME, "a+b") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunDirectoryInUse(run, read_owner(run)) from None

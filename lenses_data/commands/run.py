@@ -49,7 +49,7 @@ def _default_sample_config() -> str | None:
 
 def handle(args: argparse.Namespace) -> int:
     from flows.build import BuildParameters, build_dataset
-    from lenses_data.runlock import RunDirectoryInUse
+    from lenses_data.runlock import RunDirectoryInUse, ensure_run_directory_free
 
     config_path = args.config or (_default_sample_config() if args.sample else None)
     params = BuildParameters(
@@ -60,6 +60,7 @@ def handle(args: argparse.Namespace) -> int:
         stop_after=args.stop_after,
     )
     try:
+        ensure_run_directory_free(params.load().run_dir)
         result = build_dataset(params)
     except RunDirectoryInUse as error:
         print(f"error: {error}", file=sys.stderr)
