@@ -64,7 +64,12 @@ class RoleConfig(Section):
         description="How to ask for a choice constraint: vLLM >= 0.10.2 `structured_outputs`, older "
         "`guided_choice`, or none (tolerant parsing only). auto follows `ModelsConfig.vllm_version`.",
     )
-    json_schema_mode: Literal["response_format", "none"] = "response_format"
+    json_schema_mode: Literal["response_format", "json_object", "prompt", "none"] = Field(
+        default="response_format",
+        description="How to ask for JSON: the server's json_schema response format; json_object plus the "
+        "schema in the prompt; the schema in the prompt only; or none (the listing's wording only). "
+        "The probe falls back from response_format to json_object, then prompt, when a server refuses it.",
+    )
     serve: ServeConfig = Field(default_factory=ServeConfig)
 
 
@@ -116,6 +121,11 @@ class ModelsConfig(Section):
     retry: RetryConfig = Field(default_factory=RetryConfig)
     journal: JournalConfig = Field(default_factory=JournalConfig)
     progress_interval_s: float = Field(default=30.0, gt=0)
+    probe: bool = Field(
+        default=True,
+        description="Before a stage sends work, check each role's endpoint once (model served, JSON "
+        "schema output, choice constraint, image input) and use a fallback or stop with a clear message",
+    )
     vllm_version: str = VLLM_VERSION
     vllm_image: str = Field(default=f"vllm/vllm-openai:v{VLLM_VERSION}")
 

@@ -23,6 +23,7 @@ from lenses_data.models.messages import (
     request_hash,
     sampling_params,
 )
+from lenses_data.models.parsing import pick_choice
 from lenses_data.models.types import AnswerError, ModelRequest, ModelResult
 
 
@@ -37,6 +38,8 @@ class RoleRuntime:
     reuse_failed: bool
     rng: random.Random
     simulated_endpoint: bool | None = None
+    # How JSON is asked for (messages.JSON_MODES): the config's mode, or the probe's fallback.
+    json_mode: str = "json_schema"
     # Durable write of a completed request (direct, or via the group committer when fsyncing).
     journal_put: Callable[[JournalEntry], Awaitable[None]] | None = None
 
@@ -61,7 +64,8 @@ async def run_one(
         return _failed(
             request, rt.role.model, codes.BAD_INPUT, f"cannot read image {request.image_path}: {exc}"
         )
-    digest = request_hash(request, rt.role, image.sha256 if image else None, rt.choice_style)
+    digest = request_hash(request, rt.role, image.sha256 if image else None, rt.choice_style, rt.json_mode)
+    parse = _tolerant(rt, request, parse)
     if digest in inflight:  # identical request already in flight in this batch: share its answer
         shared = await asyncio.shield(inflight[digest])
         return shared.model_copy(update={"key": request.key, "cached": True})
@@ -115,10 +119,10 @@ async def _answer(
     image: LoadedImage | None,
     digest: str,
 ) -> ModelResult:
-    messages = build_messages(request, image.data_uri if image else None)
+    messages = build_messages(request, image.data_uri if image else None, rt.json_mode)
     kwargs = {"model": rt.role.model, **sampling_params(request, rt.role)}
     kwargs["extra_headers"] = {codes.KEY_HEADER: request.key.encode("ascii", "replace").decode()}
-    kwargs.update(constraint_kwargs(request, rt.role, rt.choice_style))
+    kwargs.update(constraint_kwargs(request, rt.role, rt.choice_style, rt.json_mode))
     conversation, calls, usage = messages, 0, {}
     raw, model, simulated = None, rt.role.model, False
     error = AnswerError(codes.EMPTY_ANSWER, "no answer")
@@ -166,8 +170,18 @@ async def _answer(
         usage=usage,
         request_hash=digest,
     )
-    await _journal(rt, request, result, "failed")
+    if error.code not in codes.INFRASTRUCTURE_CODES:  # an outage is not an answer: ask again next time
+        await _journal(rt, request, result, "failed")
     return result
+
+
+def _tolerant(rt: RoleRuntime, request: ModelRequest, parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """Without a choice constraint on the wire (config `none`, or a server that ignores it), the
+    answer is free text: find the one choice it names before the stage's own parser sees it."""
+    if not request.choice or rt.choice_style != "none":
+        return parse
+    choices = list(request.choice)
+    return lambda text: parse(pick_choice(text, choices))
 
 
 async def _call(rt: RoleRuntime, kwargs: dict[str, Any]) -> CallOutcome:

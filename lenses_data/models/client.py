@@ -13,7 +13,7 @@ import contextlib
 import logging
 import os
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +24,10 @@ from lenses_data.models.committer import GroupCommitter
 from lenses_data.models.endpoints import Endpoint, EndpointPool, make_endpoint
 from lenses_data.models.journal import Journal, JournalEntry, LegacyJournal, ShardJournal, usage_totals
 from lenses_data.models.keys import resolve_api_key
+from lenses_data.models.messages import default_json_mode
+from lenses_data.models.probe import cached_probe
 from lenses_data.models.progress import Progress, reporting
-from lenses_data.models.types import AnswerError, ModelRequest, ModelResult
+from lenses_data.models.types import AnswerError, EndpointUnavailable, ModelRequest, ModelResult
 
 __all__ = ["AnswerError", "ModelClient", "ModelRequest", "ModelResult"]
 
@@ -89,13 +91,24 @@ class ModelClient:
         """Token usage per model over everything journaled so far (cost accounting)."""
         return usage_totals(self.journal) if self.journal is not None else {}
 
-    async def _runtime(self, role_name: str, journal_put: Any) -> RoleRuntime:
+    async def _runtime(self, role_name: str, journal_put: Any, needs: tuple[str, ...]) -> RoleRuntime:
         role = self.config.role(role_name)
         if role_name not in self._keys:
             self._keys[role_name] = await asyncio.to_thread(resolve_api_key, role_name, role)
         key = self._keys[role_name]
         endpoints = [make_endpoint(url, key, role.timeout_s, role.max_concurrency) for url in role.base_urls]
         pool = EndpointPool(endpoints, self.config.retry)
+        try:
+            return await self._prepared(role_name, role, pool, journal_put, needs)
+        except BaseException:
+            await pool.close()
+            raise
+
+    async def _prepared(
+        self, role_name: str, role: Any, pool: EndpointPool, journal_put: Any, needs: tuple[str, ...]
+    ) -> RoleRuntime:
+        """The role's runtime, with the probe's modes (fallbacks) when probing is on."""
+        endpoints = pool.endpoints
         runtime = RoleRuntime(
             name=role_name,
             role=role,
@@ -106,8 +119,19 @@ class ModelClient:
             reuse_failed=self.config.journal.reuse_failed,
             rng=self._rng,
             journal_put=journal_put,
+            json_mode=default_json_mode(role),
         )
-        runtime.simulated_endpoint = await _probe_simulated(endpoints)
+        if not self.config.probe:
+            runtime.simulated_endpoint = await _probe_simulated(endpoints)
+            return runtime
+        report = await cached_probe(
+            role_name, role, endpoints, self.config.retry, needs, runtime.json_mode, runtime.choice_style
+        )
+        error = report.error()
+        if error is not None:
+            raise error
+        runtime.json_mode, runtime.choice_style = report.json_mode, report.choice_style
+        runtime.simulated_endpoint = report.simulated
         return runtime
 
     async def run(self, requests: Sequence[ModelRequest], parse: Callable[[str], Any]) -> list[ModelResult]:
@@ -122,13 +146,15 @@ class ModelClient:
         self.last_progress = progress
         committer, journal_put = self._journal_writer()
         runtimes: list[RoleRuntime] = []
+        outage: list[tuple[RoleRuntime, ModelResult]] = []
         try:
-            for name in by_role:
-                runtimes.append(await self._runtime(name, journal_put))
+            for name, indices in by_role.items():
+                needs = _needs(requests[i] for i in indices)
+                runtimes.append(await self._runtime(name, journal_put, needs))
             async with reporting(progress):
                 await asyncio.gather(
                     *(
-                        self._drain(rt, requests, by_role[rt.name], parse, results, progress)
+                        self._drain(rt, requests, by_role[rt.name], parse, results, progress, outage)
                         for rt in runtimes
                     )
                 )
@@ -138,6 +164,8 @@ class ModelClient:
             if committer is not None:
                 committer.close()
         self.simulated_answers += progress.simulated
+        if outage:  # answered requests are journaled by now; the caller's shard must not be written
+            raise _outage_error(outage, results)
         missing = [i for i, r in enumerate(results) if r is None]
         if missing:  # a bug, not a model failure: say so instead of returning holes
             raise RuntimeError(f"model client lost {len(missing)} results (first index {missing[0]})")
@@ -166,12 +194,15 @@ class ModelClient:
         parse: Callable[[str], Any],
         results: list[ModelResult | None],
         progress: Progress,
+        outage: list[tuple[RoleRuntime, ModelResult]],
     ) -> None:
         pending = iter(indices)
         inflight: dict[str, asyncio.Future[ModelResult]] = {}
 
         async def worker() -> None:
             for index in pending:
+                if outage:  # an endpoint outlived its retries: send nothing new, let in-flight finish
+                    return
                 request = requests[index]
                 try:
                     result = await run_one(runtime, request, parse, inflight)
@@ -184,6 +215,9 @@ class ModelClient:
                         error_message=f"{type(exc).__name__}: {exc}",
                         model=runtime.role.model,
                     )
+                if not result.ok and result.error_code in codes.INFRASTRUCTURE_CODES:
+                    outage.append((runtime, result))
+                    continue
                 results[index] = result
                 progress.record(
                     result.ok, result.cached, result.simulated, 0 if result.cached else result.attempts
@@ -200,6 +234,42 @@ class ModelClient:
             return asyncio.run(self.run(requests, parse))
         with concurrent.futures.ThreadPoolExecutor(max_workers=1) as executor:
             return executor.submit(asyncio.run, self.run(requests, parse)).result()
+
+
+def _needs(requests: Iterable[ModelRequest]) -> tuple[str, ...]:
+    """What a batch of one role's requests asks of its server (see probe.ROLE_NEEDS)."""
+    needs: set[str] = set()
+    for request in requests:
+        if request.json_schema is not None:
+            needs.add("json")
+        if request.choice:
+            needs.add("choice")
+        if request.image_path:
+            needs.add("image")
+    return tuple(sorted(needs))
+
+
+def _outage_error(
+    outage: list[tuple[RoleRuntime, ModelResult]], results: list[ModelResult | None]
+) -> EndpointUnavailable:
+    runtime, first = outage[0]
+    urls = tuple(e.url for e in runtime.pool.endpoints)
+    answered = sum(r is not None for r in results)
+    not_sent = len(results) - answered - len(outage)
+    message = (
+        f"model role {runtime.name!r}: endpoint {', '.join(urls)} failed {len(outage)} request(s) after "
+        f"{runtime.retry.max_attempts} attempt(s) each ({first.error_code}: {first.error_message}). "
+        f"{answered} request(s) answered (journaled), {not_sent} not sent; nothing is written or "
+        "rejected for this shard: rerun to retry."
+    )
+    return EndpointUnavailable(
+        message,
+        role=runtime.name,
+        urls=urls,
+        code=first.error_code or "",
+        failed=len(outage),
+        answered=answered,
+    )
 
 
 async def _probe_simulated(endpoints: list[Endpoint]) -> bool | None:

@@ -132,6 +132,8 @@ def classify_error(exc: BaseException) -> tuple[str, bool, bool | None]:
             return codes.SERVER_ERROR, True, False
         if exc.status_code in (408, 409):
             return codes.SERVER_ERROR, True, None
+        if exc.status_code in (401, 403, 404):  # wrong key, model or path: every request alike
+            return codes.ENDPOINT_REFUSED, False, None
         return codes.CLIENT_ERROR, False, None
     if isinstance(exc, openai.APIResponseValidationError | ValueError):
         return codes.TRANSPORT_ERROR, True, False  # garbled response body

@@ -49,21 +49,44 @@ def load_image(path: str) -> LoadedImage:
     return LoadedImage(digest, f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}")
 
 
-def build_messages(request: ModelRequest, image_url: str | None) -> list[dict[str, Any]]:
-    """Static instructions first, then the image, then the per-item text (prefix-cache friendly)."""
+# How a role asks for JSON: the server's json_schema response format (the default), or the probe's
+# fallbacks for servers that refuse it: json_object plus the schema in the prompt, or the schema in
+# the prompt only. "none": nothing is added (the listing's own wording describes the format).
+JSON_MODES: tuple[str, ...] = ("json_schema", "json_object", "prompt", "none")
+
+
+def default_json_mode(role: RoleConfig) -> str:
+    """The JSON mode a role's config asks for, before any probe fallback."""
+    mode = role.json_schema_mode
+    return "json_schema" if mode == "response_format" else mode
+
+
+def schema_instruction(schema: dict[str, Any]) -> str:
+    """Appended to the prompt when the server cannot be given the schema as a response format."""
+    blob = json.dumps(schema, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    return f"Reply with only a JSON value that conforms to this JSON schema, and no other text:\n{blob}"
+
+
+def build_messages(
+    request: ModelRequest, image_url: str | None, json_mode: str = "json_schema"
+) -> list[dict[str, Any]]:
+    """Static instructions first, then the image, then the per-item text (prefix-cache friendly).
+
+    When the schema cannot go in the response format it follows the instructions (it belongs to
+    them; the per-item text stays last, where readers of the request look for the items)."""
     messages: list[dict[str, Any]] = []
     if request.system:
         messages.append({"role": "system", "content": request.system})
+    head = [request.text]
+    if request.json_schema is not None and json_mode in ("json_object", "prompt"):
+        head.append(schema_instruction(request.json_schema))
+    tail = [request.after_image_text] if request.after_image_text else []
     if image_url is None:
-        parts = [request.text] + ([request.after_image_text] if request.after_image_text else [])
-        messages.append({"role": "user", "content": "\n\n".join(parts)})
+        messages.append({"role": "user", "content": "\n\n".join(head + tail)})
         return messages
-    content: list[dict[str, Any]] = [
-        {"type": "text", "text": request.text},
-        {"type": "image_url", "image_url": {"url": image_url}},
-    ]
-    if request.after_image_text:
-        content.append({"type": "text", "text": request.after_image_text})
+    content: list[dict[str, Any]] = [{"type": "text", "text": text} for text in head]
+    content.append({"type": "image_url", "image_url": {"url": image_url}})
+    content.extend({"type": "text", "text": text} for text in tail)
     messages.append({"role": "user", "content": content})
     return messages
 
@@ -87,19 +110,24 @@ def _schema_name(schema: dict[str, Any]) -> str:
     return name[:64] or "answer"
 
 
-def constraint_kwargs(request: ModelRequest, role: RoleConfig, choice_style: str) -> dict[str, Any]:
+def constraint_kwargs(
+    request: ModelRequest, role: RoleConfig, choice_style: str, json_mode: str | None = None
+) -> dict[str, Any]:
     """Request-body fields that ask the server for constrained output, all sent via `extra_body`.
 
     `response_format` goes there too: same JSON on the wire, but the openai package then does not
     walk the (large, nested) JSON schema through its typed-parameter transform on every request,
     which was the largest single CPU cost per request in our profile."""
+    mode = default_json_mode(role) if json_mode is None else json_mode
     kwargs: dict[str, Any] = {}
     extra_body: dict[str, Any] = dict(role.sampling.extra)
-    if request.json_schema is not None and role.json_schema_mode == "response_format":
+    if request.json_schema is not None and mode == "json_schema":
         extra_body["response_format"] = {
             "type": "json_schema",
             "json_schema": {"name": _schema_name(request.json_schema), "schema": request.json_schema},
         }
+    elif request.json_schema is not None and mode == "json_object":
+        extra_body["response_format"] = {"type": "json_object"}
     if request.choice:
         if choice_style == "structured_outputs":
             extra_body["structured_outputs"] = {"choice": list(request.choice)}
@@ -110,14 +138,24 @@ def constraint_kwargs(request: ModelRequest, role: RoleConfig, choice_style: str
     return kwargs
 
 
-def request_hash(request: ModelRequest, role: RoleConfig, image_sha256: str | None, choice_style: str) -> str:
-    """Journal key: model id, rendered messages (image as its content hash), sampling, constraints."""
+def request_hash(
+    request: ModelRequest,
+    role: RoleConfig,
+    image_sha256: str | None,
+    choice_style: str,
+    json_mode: str | None = None,
+) -> str:
+    """Journal key: model id, rendered messages (image as its content hash), sampling, constraints.
+
+    A probe fallback changes the messages (schema in the prompt) or the constraints, so an answer
+    obtained through a fallback never stands in for one asked with the server's constraint."""
+    mode = default_json_mode(role) if json_mode is None else json_mode
     image_ref = f"{IMAGE_REF_PREFIX}{image_sha256}" if image_sha256 else None
     payload = {
         "model": role.model,
-        "messages": build_messages(request, image_ref),
+        "messages": build_messages(request, image_ref, mode),
         "sampling": sampling_params(request, role),
-        "constraints": constraint_kwargs(request, role, choice_style),
+        "constraints": constraint_kwargs(request, role, choice_style, mode),
         "choice": request.choice,
     }
     blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)

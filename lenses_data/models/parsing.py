@@ -141,6 +141,23 @@ def parse_choice(choices: list[str]) -> Callable[[str], str]:
     return parse
 
 
+def pick_choice(text: str | None, choices: list[str]) -> str:
+    """The one choice named in a free-text answer, for servers that ignore a choice constraint:
+    "Yes." or "I would say yes" -> YES. None of the choices, or more than one ("yes and no"), is a
+    bad answer (invalid_choice), which the client re-asks."""
+    if text is None or not text.strip():
+        raise AnswerError(EMPTY_ANSWER, "the model returned no content")
+    found = [
+        choice
+        for choice in choices
+        if re.search(rf"(?<![A-Za-z0-9_]){re.escape(choice)}(?![A-Za-z0-9_])", text, re.IGNORECASE)
+    ]
+    if len(found) == 1:
+        return found[0]
+    what = "none" if not found else "several: " + ", ".join(found)
+    raise AnswerError(INVALID_CHOICE, f"expected exactly one of {choices} in the answer, found {what}")
+
+
 def json_schema_of(model_cls: type[BaseModel]) -> dict[str, Any]:
     """The JSON schema to send for `model_cls` (pydantic is the one source of schemas)."""
     return model_cls.model_json_schema()

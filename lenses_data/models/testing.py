@@ -14,9 +14,11 @@ from lenses_data.config.models import ROLES, ModelsConfig
 
 
 def sim_models_config(
-    urls: list[str], timeout_s: float = 0.5, concurrency: int = 16, **retry: Any
+    urls: list[str], timeout_s: float = 0.5, concurrency: int = 16, probe: bool = False, **retry: Any
 ) -> ModelsConfig:
-    """Every role pointed at `urls`, with fast backoff and a short bench so tests stay quick."""
+    """Every role pointed at `urls`, with fast backoff and a short bench so tests stay quick.
+
+    The endpoint probe is off unless asked for: these tests count the simulator's calls."""
     retry_settings = {"backoff_base_s": 0.005, "backoff_max_s": 0.02, "unhealthy_cooldown_s": 0.05, **retry}
     roles = {
         role: {
@@ -27,7 +29,9 @@ def sim_models_config(
         }
         for role in ROLES
     }
-    return ModelsConfig.model_validate({**roles, "retry": retry_settings, "progress_interval_s": 5})
+    return ModelsConfig.model_validate(
+        {**roles, "retry": retry_settings, "progress_interval_s": 5, "probe": probe}
+    )
 
 
 def sim_stats(base_url: str) -> dict[str, Any]:

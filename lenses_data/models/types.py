@@ -12,6 +12,8 @@ TIMEOUT = "timeout"
 RATE_LIMITED = "rate_limited"  # 429 after all attempts
 SERVER_ERROR = "server_error"  # 5xx after all attempts
 CLIENT_ERROR = "client_error"  # 4xx other than 429: the request itself is wrong, never retried
+# 401/403/404: a wrong key, model name or URL refuses every request alike, so it is no item's fault.
+ENDPOINT_REFUSED = "endpoint_refused"
 EMPTY_ANSWER = "empty_answer"
 TRUNCATED = "truncated"  # finish_reason == "length"
 INVALID_JSON = "invalid_json"
@@ -25,6 +27,7 @@ REASON_CODES: tuple[str, ...] = (
     RATE_LIMITED,
     SERVER_ERROR,
     CLIENT_ERROR,
+    ENDPOINT_REFUSED,
     EMPTY_ANSWER,
     TRUNCATED,
     INVALID_JSON,
@@ -32,6 +35,12 @@ REASON_CODES: tuple[str, ...] = (
     INVALID_CHOICE,
     BAD_INPUT,
     INTERNAL_ERROR,
+)
+
+# Failures of the service, not of an answer: after the retries they fail the shard (nothing is
+# written, the rerun asks again) instead of becoming rejections.
+INFRASTRUCTURE_CODES: frozenset[str] = frozenset(
+    {TRANSPORT_ERROR, TIMEOUT, RATE_LIMITED, SERVER_ERROR, ENDPOINT_REFUSED}
 )
 
 SIMULATOR_FINGERPRINT = "lenses-simulator"
@@ -86,3 +95,51 @@ class ModelResult(BaseModel):
     usage: dict[str, int] = Field(default_factory=dict)
     cached: bool = Field(default=False, description="Answer replayed from the journal (no call made)")
     request_hash: str = ""
+
+
+class ModelServiceError(RuntimeError):
+    """A model role's endpoint cannot do the work: the shard fails, nothing is written or rejected.
+
+    Expected operational failures (an outage, a server lacking a feature): commands print the
+    message and exit non-zero without a traceback. Picklable, so it crosses Dask/Ray workers."""
+
+    def __init__(self, message: str, *, role: str = "", urls: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.message = message
+        self.role = role
+        self.urls = tuple(urls)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (self.__class__, (self.message,), self.__dict__)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class EndpointUnavailable(ModelServiceError):
+    """Requests ended in 5xx, timeouts, refused connections or 401/403/404 after all retries."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        role: str = "",
+        urls: tuple[str, ...] = (),
+        code: str = "",
+        failed: int = 0,
+        answered: int = 0,
+    ) -> None:
+        super().__init__(message, role=role, urls=urls)
+        self.code = code
+        self.failed = failed
+        self.answered = answered
+
+
+class CapabilityMissing(ModelServiceError):
+    """The endpoint answers, but cannot do what the role needs and no fallback works (the probe)."""
+
+    def __init__(
+        self, message: str, *, role: str = "", urls: tuple[str, ...] = (), capability: str = ""
+    ) -> None:
+        super().__init__(message, role=role, urls=urls)
+        self.capability = capability

@@ -10,6 +10,7 @@ from lenses_data.models import types as codes
 from lenses_data.models.client import ModelClient, ModelRequest, ModelResult
 from lenses_data.models.parsing import parse_choice, parse_model
 from lenses_data.models.simulator import FAULT_KINDS
+from lenses_data.models.types import EndpointUnavailable
 from lenses_data.models.testing import sim_models_config as sim_config
 from lenses_data.models.testing import sim_stats
 
@@ -84,15 +85,18 @@ PERSISTENT = {
 
 
 @pytest.mark.parametrize("fault", TRANSPORT_FAULTS)
-def test_persistent_transport_fault_gives_up_with_reason(simulator, fault: str) -> None:
+def test_persistent_transport_fault_fails_the_batch_naming_the_endpoint(simulator, fault: str) -> None:
+    # An outage is not a bad answer: after the retries the batch raises (its shard fails and is
+    # rerun) instead of returning rejections; each request made exactly max_attempts calls.
     with simulator(faults={fault: 1.0}, hang_s=3.0) as url:
         client = ModelClient(sim_config([url], timeout_s=0.4, max_attempts=3, unhealthy_after=1000))
-        requests = _requests(5)
-        results = client.run_sync(requests, parse_model(Captions))
+        with pytest.raises(EndpointUnavailable) as raised:
+            client.run_sync(_requests(5), parse_model(Captions))
         stats = sim_stats(url)
-    _check_complete(requests, results)
-    assert [r.error_code for r in results] == [PERSISTENT[fault]] * 5
-    assert [r.attempts for r in results] == [3] * 5
+    error = raised.value
+    assert error.code == PERSISTENT[fault] and error.role == "generator"
+    assert url in str(error) and "rerun" in str(error)
+    assert (error.failed, error.answered) == (5, 0)
     assert stats["total_calls"] == 15
 
 
@@ -126,7 +130,9 @@ def test_reask_recovers_from_occasional_bad_answers(simulator) -> None:
 
 def test_mixed_faults_lose_nothing_and_stay_bounded(simulator) -> None:
     faults = dict.fromkeys(FAULT_KINDS, 0.06)
-    with simulator(faults=faults, seed=11, hang_s=2.0) as url:
+    # Attempts from the fourth on never fault, so no request outlives its 4 transport attempts
+    # (that would be an outage, which raises: see the persistent-fault test).
+    with simulator(faults=faults, seed=11, hang_s=2.0, faults_until_attempt=3) as url:
         config = sim_config([url], timeout_s=0.6, max_attempts=4, max_reasks=2)
         client = ModelClient(config)
         requests = _requests(80)
