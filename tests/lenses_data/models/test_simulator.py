@@ -150,3 +150,38 @@ def test_serves_256_requests_in_flight(simulator) -> None:
         stats = sim_stats(url)
     assert all(r.ok for r in results)
     assert stats["max_in_flight"] == 256
+
+
+def test_listing_answers_follow_the_request_identity(sim_url: str) -> None:
+    # A re-ask (the bad answer and a correction appended) is the same item: same answer. Another image
+    # is another scene, and every text of one image (captions and prompts alike) describes that scene.
+    from lenses_data.answers import array_schema
+    from lenses_data.prompts import get_template
+
+    def ask(template: str, kind: str, image: str, reask: bool = False) -> str:
+        content = [
+            {"type": "text", "text": get_template(template).text},
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{image}"}},
+        ]
+        messages = [{"role": "user", "content": content}]
+        if reask:
+            messages += [{"role": "assistant", "content": "[]"}, {"role": "user", "content": "Again."}]
+
+        async def call() -> str:
+            async with openai.AsyncOpenAI(base_url=sim_url, api_key="x", max_retries=0) as client:
+                schema = {
+                    "type": "json_schema",
+                    "json_schema": {"name": "a", "schema": array_schema(kind, 1, 40)},
+                }
+                done = await client.chat.completions.create(
+                    model="m", messages=messages, extra_body={"response_format": schema}
+                )
+                return done.choices[0].message.content
+
+        return asyncio.run(call())
+
+    first = ask("captions", "caption", "AAAA")
+    assert ask("captions", "caption", "AAAA", reask=True) == first
+    assert ask("captions", "caption", "BBBB") != first
+    focus = {i["Focus"] for i in json.loads(first)}
+    assert focus & {p["Focus"] for p in json.loads(ask("image_side_prompts", "prompt", "AAAA"))}
