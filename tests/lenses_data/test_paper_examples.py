@@ -343,6 +343,10 @@ def test_paper_outputs_survive_the_default_pipeline(ingested_run: Path, tmp_path
     for kind, rows in examples.items():
         per_row = [sum(_outside_limits(kind, t) is None for _, t in row) for row in rows]
         assert len(exported[kind]) == sum(per_row[r] for r in server.row_of_image.values())
+    stats = io.read_marker(run, "rules")["stats"]
+    n_images = len(server.row_of_image)
+    assert stats["idiom_rules"] == "flag"
+    assert stats["flags"] == {k: {rules.FIGURATIVE_MISSING_IDIOM: n_images} for k in ("caption", "prompt")}
     card = (out / "README.md").read_text(encoding="utf-8")
     assert "Rule flags on kept texts" in card and rules.FIGURATIVE_MISSING_IDIOM in card
 
