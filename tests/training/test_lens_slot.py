@@ -205,3 +205,33 @@ def test_slot_protocol_differs_from_the_full_score_by_hand():
     # T->I: c0's Figurative slot prefers image 1 (0.8 > 0.6), c1's prefers image 0 (1.0 > 0.0).
     assert m["figurative/t2i/R@1"] == 0.0
     assert m["macro/i2t/R@1"] == 0.0 and m["macro/n_lenses"] == 1.0 and math.isnan(m["literal/i2t/R@1"])
+
+
+class _Recorded:
+    """A numpy matrix served through the rows/columns accessors, recording each block's size."""
+
+    def __init__(self, sim):
+        self.sim, self.shape, self.sizes = sim, sim.shape, []
+
+    def rows(self, idx):
+        self.sizes.append(("rows", len(idx)))
+        return self.sim[idx]
+
+    def columns(self, idx):
+        self.sizes.append(("columns", len(idx)))
+        return self.sim[:, idx]
+
+
+def test_blocks_follow_the_chunk_budget():
+    rng = np.random.default_rng(4)
+    n_img, n_cap = 60, 300
+    cap_img, cap_lens = random_labels(rng, n_img, n_cap)
+    sims = [rng.standard_normal((n_img, n_cap)).astype(np.float32) for _ in range(5)]
+    galleries, has_slot = [np.arange(n_cap)] * 5, [np.ones(n_img, bool)] * 5
+    budget = 32 * n_cap * 7  # 7 rows of 300 columns, or 35 columns of 60 rows
+    wrapped = [_Recorded(s) for s in sims]
+    got = lens_slot_recall(wrapped, cap_img, cap_lens, galleries, has_slot, ks=KS, max_chunk_bytes=budget)
+    assert_same(got, lens_slot_recall(sims, cap_img, cap_lens, galleries, has_slot, ks=KS))
+    sizes = [s for w in wrapped for s in w.sizes]
+    assert max(n for kind, n in sizes if kind == "rows") == 7
+    assert max(n for kind, n in sizes if kind == "columns") == 35
