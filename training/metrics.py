@@ -33,7 +33,6 @@ LENS_KEYS: tuple[str, ...] = ("literal", "figurative", "abstract", "background",
 N_LENSES = len(LENS_KEYS)
 RSUM_KS = (1, 5, 10)
 Protocol = Literal["lens_gallery", "full_gallery"]
-PROTOCOLS: tuple[str, ...] = ("lens_slot", "lens_gallery", "full_gallery")  # lens_slot: eval_lens_slot
 DEFAULT_CHUNK_BYTES = 256 * 2**20
 
 
