@@ -39,6 +39,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# A model endpoint could not do the work (down after retries, or lacking a needed feature): the
+# shard in progress wrote nothing and a rerun retries it.
+MODEL_SERVICE_EXIT = 4
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run", help="run directory (default: run_dir of the config)")
     parser.add_argument("--config", help="pipeline YAML config (default: built-in defaults)")
@@ -89,6 +94,7 @@ def handle_stage(args: argparse.Namespace) -> int:
 
     from lenses_data.config import ConfigError
     from lenses_data.io import StageIncompleteError
+    from lenses_data.models.types import ModelServiceError
     from lenses_data.runlock import RunDirectoryInUse, run_directory_lock
     from lenses_data.stages.base import run_stage_locally
     from lenses_data.stages.registry import open_stage
@@ -108,6 +114,9 @@ def handle_stage(args: argparse.Namespace) -> int:
         except RunDirectoryInUse as error:
             print(f"error: {error}", file=sys.stderr)
             return 3
+        except ModelServiceError as error:  # an outage or a server lacking a feature: expected, no traceback
+            print(f"error: {error}", file=sys.stderr)
+            return MODEL_SERVICE_EXIT
     print(json.dumps(summary, indent=1, sort_keys=True, default=str))
     return 0
 

@@ -49,6 +49,8 @@ def _default_sample_config() -> str | None:
 
 def handle(args: argparse.Namespace) -> int:
     from flows.build import BuildParameters, build_dataset
+    from lenses_data.commands.annotate import MODEL_SERVICE_EXIT
+    from lenses_data.models.types import ModelServiceError
     from lenses_data.runlock import RunDirectoryInUse, ensure_run_directory_free
 
     config_path = args.config or (_default_sample_config() if args.sample else None)
@@ -65,6 +67,9 @@ def handle(args: argparse.Namespace) -> int:
     except RunDirectoryInUse as error:
         print(f"error: {error}", file=sys.stderr)
         return 3
+    except ModelServiceError as error:  # an outage or a server lacking a feature: no traceback here
+        print(f"error: {error}", file=sys.stderr)
+        return MODEL_SERVICE_EXIT
     run_dir = Path(result["run_dir"]).resolve()
     print(
         json.dumps(

@@ -1,0 +1,68 @@
+"""`lenses check`: probe each model role's endpoint by hand, as a stage does before sending work.
+
+Prints one line per role and capability (model served, JSON-schema output, choice constraint,
+image input) with ok, fallback (the pipeline will use a workaround) or fail. Exit codes: 0 every
+role can work, 1 some role cannot (or its endpoint is unreachable), 2 bad configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+ROLE_NAMES = ("filter", "generator", "validator", "visual_validator")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "check",
+        help="probe each model role's endpoint (model served, JSON schema, choice, images) and report "
+        "which fallbacks the pipeline will use",
+        description="Send each role's endpoint one cheap request per capability the pipeline needs from it "
+        "(filter: choice + image; generator: JSON + image; validator: JSON; visual_validator: JSON + "
+        "image). Exits 1 when a role cannot work, so it can gate a run.",
+    )
+    parser.add_argument("--config", help="pipeline YAML config (default: built-in defaults)")
+    parser.add_argument(
+        "--role",
+        action="append",
+        choices=[*ROLE_NAMES, "visual-validator"],
+        help="only this role (repeatable; default: every role)",
+    )
+    parser.set_defaults(func=handle)
+
+
+def format_table(reports: list) -> str:
+    """Role, endpoint, capability, status and detail, aligned."""
+    rows = [("role", "endpoint", "capability", "status", "detail")]
+    for report in reports:
+        for check in report.checks:
+            rows.append((report.role, ", ".join(report.urls), check.capability, check.status, check.detail))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths, strict=True)) + "  " + row[4]
+             for row in rows]  # fmt: skip
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def handle(args: argparse.Namespace) -> int:
+    import sys
+
+    from lenses_data.config import ConfigError, load_config
+    from lenses_data.models.probe import check_roles
+
+    try:
+        config = load_config(args.config)
+    except (ConfigError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    roles = [r.replace("-", "_") for r in (args.role or ROLE_NAMES)]
+    reports = check_roles(config.models, list(dict.fromkeys(roles)))
+    print(format_table(reports))
+    failed = [r for r in reports if not r.ok]
+    for report in reports:
+        if report.ok:
+            print(
+                f"{report.role}: usable (JSON mode {report.json_mode}, choice {report.choice_style or '-'})"
+            )
+    for report in failed:
+        print(f"error: role {report.role} cannot work: see the fail lines above", file=sys.stderr)
+    return 1 if failed else 0

@@ -1,0 +1,130 @@
+"""A small OpenAI-compatible server with the habits of a llama-cpp-python server, for the probe and
+outage tests: HTTP 500 on `response_format: json_schema` and on image parts, `json_object` honoured,
+choice constraints ignored (free text), and an optional outage after N answered requests.
+
+Validator requests (Listing 4) are answered by echoing their input items, so two runs against it
+produce the same dataset; the client's probe requests get what such a server would say.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from lenses_data.models.types import KEY_HEADER
+
+
+class FakeServer:
+    def __init__(
+        self,
+        *,
+        reject_json_schema: bool = False,
+        ignore_choice: bool = False,
+        reject_images: bool = False,
+        fail_after: int | None = None,
+        served: tuple[str, ...] = ("test/validator",),
+    ) -> None:
+        self.reject_json_schema = reject_json_schema
+        self.ignore_choice = ignore_choice
+        self.reject_images = reject_images
+        self.fail_after = fail_after
+        self.served = served
+        self.answered = 0  # pipeline (non-probe) requests answered
+        self.calls: Counter[str] = Counter()
+        self.bodies: list[dict[str, Any]] = []
+
+    def app(self) -> Starlette:
+        async def models(_: Request) -> JSONResponse:
+            data = [{"id": m, "object": "model", "owned_by": "fake"} for m in self.served]
+            return JSONResponse({"object": "list", "data": data})
+
+        async def chat(request: Request) -> JSONResponse:
+            body = json.loads(await request.body())
+            probe = request.headers.get(KEY_HEADER, "").startswith("probe:")
+            self.calls["probe" if probe else "work"] += 1
+            if not probe:
+                self.bodies.append(body)
+            status, content = self.answer(body, probe)
+            if status != 200:
+                return JSONResponse({"error": {"message": content, "type": "server_error"}}, status)
+            if not probe:
+                self.answered += 1
+            return JSONResponse(_completion(body, content))
+
+        routes = [Route("/v1/models", models), Route("/v1/chat/completions", chat, methods=["POST"])]
+        return Starlette(routes=routes)
+
+    def answer(self, body: dict[str, Any], probe: bool) -> tuple[int, str]:
+        texts, has_image = _texts(body)
+        fmt = (body.get("response_format") or {}).get("type")
+        if not probe and self.fail_after is not None and self.answered >= self.fail_after:
+            return 500, "the model crashed"
+        if has_image and self.reject_images:
+            return 500, "image input is not supported by this model"
+        if fmt == "json_schema" and self.reject_json_schema:
+            return 500, "unsupported response_format type json_schema"
+        choices = (body.get("structured_outputs") or {}).get("choice") or body.get("guided_choice")
+        if choices and not self.ignore_choice:
+            return 200, choices[0]
+        if not probe and "[" in texts[-1]:  # a validator request: keep every item unchanged
+            items = json.loads(texts[-1][texts[-1].index("[") :])
+            return 200, json.dumps(items)
+        if fmt in ("json_schema", "json_object"):
+            return 200, json.dumps({"answer": "ok"})
+        return 200, "Yes, it is." if not choices else "Hello! How can I help you today?"
+
+
+def _texts(body: dict[str, Any]) -> tuple[list[str], bool]:
+    user = next(m for m in body["messages"] if m["role"] == "user")
+    content = user["content"]
+    if isinstance(content, str):
+        return content.split("\n\n"), False
+    texts = [p["text"] for p in content if p.get("type") == "text"]
+    return texts, any(p.get("type") == "image_url" for p in content)
+
+
+def _completion(body: dict[str, Any], content: str) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": str(body.get("model")),
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+
+
+@contextlib.contextmanager
+def serving(server: FakeServer) -> Iterator[str]:
+    """Serve `server` on 127.0.0.1 in a thread; yields its base URL (…/v1)."""
+    import uvicorn
+
+    from lenses_data.models.simulator import free_port
+
+    port = free_port()
+    config = uvicorn.Config(server.app(), host="127.0.0.1", port=port, log_config=None, access_log=False)
+    uv = uvicorn.Server(config)
+    thread = threading.Thread(target=uv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not uv.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("fake server did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        uv.should_exit = True
+        thread.join(timeout=10)
