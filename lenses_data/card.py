@@ -248,6 +248,28 @@ def _provenance(manifest: dict[str, Any]) -> list[str]:
     return _section("Provenance", _md_table(hashes), _md_table(roles), note)
 
 
+def _compute(manifest: dict[str, Any]) -> list[str]:
+    """Model requests and tokens from the journals, and the GPU-hour plan of `lenses plan`."""
+    usage = pd.DataFrame(
+        [{"Model": model, **counts} for model, counts in sorted((manifest.get("usage") or {}).items())]
+    )
+    parts: list[str] = ["Requests and tokens as the per-shard journals recorded them:", _md_table(usage)]
+    plan = manifest.get("gpu_plan")
+    if plan:
+        stages = pd.DataFrame(
+            [
+                {"Stage": item["stage"], "Requests": round(item["requests"]), "GPU-hours": round(item["gpu_hours"], 3)}
+                for item in plan["stages"]
+            ]
+        )
+        parts += [
+            f"GPU-hours of this build on {plan['gpu']} (`lenses plan`, {plan['candidates']:,.0f} candidates; "
+            f"total {plan['total_gpu_hours']:.3f}; every assumption in `manifest.json` under `gpu_plan`):",
+            _md_table(stages),
+        ]
+    return _section("Compute", *parts)
+
+
 def write_card(
     out: Path,
     run: Path,
@@ -293,6 +315,7 @@ def write_card(
     )
     lines += _flags_section(captions, prompts, manifest)
     lines += _section("Caption diversity", _md_table(diversity(captions)))
+    lines += _compute(manifest)
     lines += _provenance(manifest)
     path = out / "README.md"
     io.atomic_write_bytes(path, "\n".join(lines).encode("utf-8"))

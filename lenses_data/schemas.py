@@ -174,6 +174,12 @@ class Manifest(BaseModel):
     counts: list[StageCount]
     simulated: bool
     tables: dict[str, int] = Field(description="file name -> row count")
+    usage: dict[str, dict[str, int]] = Field(
+        default_factory=dict, description="model id -> requests and tokens, summed over the per-shard journals"
+    )
+    gpu_plan: dict[str, Any] | None = Field(
+        None, description="`lenses plan` of this run at its own size (GPU-hours per stage, assumptions)"
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib.metadata
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ import pyarrow as pa
 from pydantic import BaseModel
 
 from lenses_data import io
+from lenses_data.models.journal import read_run_journal, usage_totals
 from lenses_data.prompts import all_prompt_hashes
 from lenses_data.schemas import (
     CATEGORICAL_COLUMNS,
@@ -43,6 +45,7 @@ from lenses_data.schemas import (
 from lenses_data.stages._annotate import rejection, rejections_frame
 from lenses_data.stages.base import ShardStats
 
+log = logging.getLogger(__name__)
 STAGE = "export"
 FINAL_STAGE = "visual_validate"
 COUNTED_STAGES = ("ingest", "dedupe", "filter", "split", "generate", "rules", "validate", "visual_validate")
@@ -184,6 +187,20 @@ def model_info(config: Any, texts: pd.DataFrame, filter_models: set[str]) -> dic
     return info
 
 
+def gpu_plan(run: Path, config: Any) -> dict[str, Any] | None:
+    """The run's GPU-hour plan for the card, or None when it cannot be made (no model stage ran,
+    or no config); the export never fails for want of a plan."""
+    if config is None or not hasattr(config, "models"):
+        return None
+    from lenses_data.plan import plan_for_card
+
+    try:
+        return plan_for_card(run, config)
+    except (ValueError, KeyError, FileNotFoundError, ZeroDivisionError) as error:
+        log.warning("export: no GPU-hour plan for the card (%s)", error)
+        return None
+
+
 def export_dataset(run: str | Path, out: str | Path, config: Any = None) -> dict[str, Any]:
     """Write the dataset folder `out` from a finished run; returns the manifest as a dict."""
     from lenses_data.card import write_card
@@ -218,6 +235,8 @@ def export_dataset(run: str | Path, out: str | Path, config: Any = None) -> dict
             "prompts.parquet": len(prompts),
             "rejections.parquet": len(rejections),
         },
+        usage=usage_totals(read_run_journal(run)),
+        gpu_plan=gpu_plan(run, config),
     )
     payload = manifest.model_dump(mode="json")
     io.atomic_write_json(out / "manifest.json", payload)

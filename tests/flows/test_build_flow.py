@@ -62,6 +62,15 @@ def test_sample_build_runs_every_stage_and_resumes_without_new_work(prefect_harn
     manifest = json.loads((run / "export" / "manifest.json").read_text())
     for name, frame in frames.items():
         assert manifest["tables"][f"{name}.parquet"] == len(frame)
+    # Usage and the GPU-hour plan come from the per-shard journals (one line per answered request).
+    journal_hashes = {
+        json.loads(line)["hash"] for path in (run / "journal").glob("*/part-*.jsonl") for line in path.open()
+    }
+    assert sum(m["requests"] for m in manifest["usage"].values()) == len(journal_hashes) > 0
+    plan = manifest["gpu_plan"]
+    assert {s["stage"] for s in plan["stages"]} == {"filter", "generate", "validate", "visual_validate"}
+    assert plan["total_gpu_hours"] == pytest.approx(sum(s["gpu_hours"] for s in plan["stages"]))
+    assert "## Compute" in card
 
     # The export also loads with Hugging Face `datasets` (offline, local Parquet).
     datasets = pytest.importorskip("datasets")
