@@ -40,6 +40,8 @@ class RoleRuntime:
     simulated_endpoint: bool | None = None
     # How JSON is asked for (messages.JSON_MODES): the config's mode, or the probe's fallback.
     json_mode: str = "json_schema"
+    # The server ignores the choice constraint (probe): find the choice in free-text answers.
+    tolerant_choice: bool = False
     # Durable write of a completed request (direct, or via the group committer when fsyncing).
     journal_put: Callable[[JournalEntry], Awaitable[None]] | None = None
 
@@ -178,7 +180,7 @@ async def _answer(
 def _tolerant(rt: RoleRuntime, request: ModelRequest, parse: Callable[[str], Any]) -> Callable[[str], Any]:
     """Without a choice constraint on the wire (config `none`, or a server that ignores it), the
     answer is free text: find the one choice it names before the stage's own parser sees it."""
-    if not request.choice or rt.choice_style != "none":
+    if not request.choice or not (rt.tolerant_choice or rt.choice_style == "none"):
         return parse
     choices = list(request.choice)
     return lambda text: parse(pick_choice(text, choices))

@@ -131,6 +131,7 @@ class ModelClient:
         if error is not None:
             raise error
         runtime.json_mode, runtime.choice_style = report.json_mode, report.choice_style
+        runtime.tolerant_choice = report.tolerant_choice
         runtime.simulated_endpoint = report.simulated
         return runtime
 

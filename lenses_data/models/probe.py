@@ -70,6 +70,8 @@ class ProbeReport:
     json_mode: str
     choice_style: str
     simulated: bool | None = None
+    # Parse choice answers as free text (the server ignores or refuses the choice constraint).
+    tolerant_choice: bool = False
     checks: list[Check] = field(default_factory=list)
 
     @property
@@ -172,6 +174,8 @@ class _Prober:
         return Check("json", "fail", "; ".join(notes) or "no JSON mode works"), configured
 
     async def check_choice(self, style: str) -> tuple[Check, str]:
+        """(check, style to send). An ignored constraint is still sent (harmless, and it helps if
+        the server only misbehaved during the probe); a refused one is dropped."""
         if style == "none":
             return Check(
                 "choice", "ok", "not constrained (structured_outputs: none): tolerant parsing"
@@ -187,9 +191,9 @@ class _Prober:
         if answer.answered:
             said = (answer.content or "").strip()[:40]
             detail = f"{style} choice ignored (answered {said!r}); tolerant parsing of free text"
-        else:
-            await self.down_unless_plain_works(answer)
-            detail = f"{style} choice refused ({answer.message[:80]}); no constraint, tolerant parsing"
+            return Check("choice", "fallback", detail), style
+        await self.down_unless_plain_works(answer)
+        detail = f"{style} choice refused ({answer.message[:80]}); no constraint, tolerant parsing"
         return Check("choice", "fallback", detail), "none"
 
     async def check_image(self) -> Check:
@@ -283,6 +287,7 @@ async def probe_role(
         report.checks.append(check)
     if "choice" in needs:
         check, report.choice_style = await prober.check_choice(choice_style)
+        report.tolerant_choice = check.status == "fallback"
         report.checks.append(check)
     if "image" in needs:
         report.checks.append(await prober.check_image())

@@ -1,0 +1,169 @@
+"""The endpoint probe against the simulator's real-server faults over HTTP: fallbacks are chosen
+and used, a refused image part stops before any work is sent, `lenses check` reports and gates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lenses_data.cli import main
+from lenses_data.models import probe
+from lenses_data.models.client import ModelClient, ModelRequest
+from lenses_data.models.parsing import parse_choice, pick_choice
+from lenses_data.models.simulator import free_port
+from lenses_data.models.testing import sim_models_config, sim_stats
+from lenses_data.models.types import INVALID_CHOICE, AnswerError, CapabilityMissing
+
+CHOICES = ["YES", "NO"]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_probe_cache():
+    probe.forget()
+    yield
+    probe.forget()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("Yes.", "YES"), ("I would say yes, clearly", "YES"), ("NOTE: the answer is no", "NO"), ("no", "NO")],
+)
+def test_pick_choice_finds_the_one_choice_in_free_text(text: str, expected: str) -> None:
+    assert pick_choice(text, CHOICES) == expected
+
+
+@pytest.mark.parametrize("text", ["Yes and no.", "Maybe", "NOTED, YESTERDAY"])
+def test_pick_choice_rejects_ambiguous_or_absent_choices(text: str) -> None:
+    with pytest.raises(AnswerError) as raised:
+        pick_choice(text, CHOICES)
+    assert raised.value.code == INVALID_CHOICE
+
+
+def _choice_requests(n: int, image: Path | None = None) -> list[ModelRequest]:
+    return [
+        ModelRequest(
+            key=f"filter:{i}",
+            role="filter",
+            text="Does this image support clearly different non-literal readings? Answer YES or NO.",
+            image_path=str(image) if image else None,
+            after_image_text=f"candidate {i}",
+            choice=CHOICES,
+        )
+        for i in range(n)
+    ]
+
+
+def _work_keys(url: str) -> list[str]:
+    return [k for k in sim_stats(url)["keys"].values() if not k.startswith("probe:")]
+
+
+def test_healthy_simulator_passes_every_check(sim_url: str) -> None:
+    reports = probe.check_roles(sim_models_config([sim_url]), list(probe.ROLE_NEEDS))
+    assert [r.role for r in reports] == list(probe.ROLE_NEEDS)
+    for report in reports:
+        assert report.ok and report.simulated is True
+        assert {c.status for c in report.checks} == {"ok"}
+        assert [c.capability for c in report.checks] == ["model", *probe.ROLE_NEEDS[report.role]]
+    assert reports[2].json_mode == "json_schema"
+    assert reports[0].choice_style == "guided"  # the pinned vLLM 0.10.1.1 speaks guided_choice
+
+
+def _exact_choice(text: str) -> str:
+    """A stage parser that accepts nothing but the bare token (like Listing 1's)."""
+    if text not in CHOICES:
+        raise AnswerError(INVALID_CHOICE, f"not a bare choice: {text!r}")
+    return text
+
+
+def test_ignored_choice_falls_back_to_tolerant_parsing(simulator) -> None:
+    with simulator(server_faults={"ignore_choice": True}, yes_rate=0.5) as url:
+        client = ModelClient(sim_models_config([url], probe=True))
+        results = client.run_sync(_choice_requests(20), _exact_choice)
+    assert all(r.ok for r in results)
+    assert {r.value for r in results} == {"YES", "NO"}
+    # The answers were sentences, not tokens: tolerant parsing found the choice in each.
+    assert all(len(r.raw.split()) > 2 and r.value.lower() in r.raw.lower() for r in results)
+
+
+def test_probe_runs_once_for_the_shards_of_a_run(simulator) -> None:
+    with simulator() as url:
+        config = sim_models_config([url], probe=True)
+        for _ in range(3):  # three shards, each with its own client (as Prefect tasks have)
+            assert all(r.ok for r in ModelClient(config).run_sync(_choice_requests(2), parse_choice(CHOICES)))
+        probes = [k for k in sim_stats(url)["keys"].values() if k.startswith("probe:")]
+    assert probes == ["probe:filter"]  # one choice check, asked once
+
+
+def test_refused_image_part_stops_before_any_work(simulator, tmp_path: Path) -> None:
+    from PIL import Image
+
+    image = tmp_path / "scene.png"
+    Image.new("RGB", (24, 24), (10, 120, 200)).save(image)
+    with simulator(server_faults={"reject_images": True}) as url:
+        client = ModelClient(sim_models_config([url], probe=True))
+        with pytest.raises(CapabilityMissing) as raised:
+            client.run_sync(_choice_requests(4, image), parse_choice(CHOICES))
+        work = _work_keys(url)
+    assert raised.value.capability == "image" and url in str(raised.value)
+    assert "image part refused" in str(raised.value)
+    assert work == []
+
+
+def test_refused_json_schema_completes_or_stops_clearly(simulator) -> None:
+    from pydantic import BaseModel
+
+    from lenses_data.models.parsing import parse_model
+
+    class Answer(BaseModel):
+        caption: str
+
+    requests = [
+        ModelRequest(
+            key=f"v:{i}",
+            role="validator",
+            text=f"Describe scene {i}.",
+            json_schema=Answer.model_json_schema(),
+        )
+        for i in range(5)
+    ]
+    with simulator(server_faults={"reject_json_schema": True}) as url:
+        client = ModelClient(sim_models_config([url], probe=True))
+        try:
+            results = client.run_sync(requests, parse_model(Answer))
+        except CapabilityMissing as error:  # no JSON mode the simulator honours: a clear stop
+            assert error.capability == "json" and "json_schema: refused" in str(error)
+            assert _work_keys(url) == []
+        else:  # a fallback worked: every answer is valid, none was asked with json_schema
+            assert all(r.ok for r in results)
+            assert sim_stats(url)["server_faults"].get("reject_json_schema", 0) >= 1
+
+
+def _write_config(tmp_path: Path, url: str) -> Path:
+    roles = {role: {"model": f"test/{role}", "base_urls": [url], "timeout_s": 5} for role in probe.ROLE_NEEDS}
+    retry = {"backoff_base_s": 0.001, "backoff_max_s": 0.01, "max_attempts": 2}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({"models": {**roles, "retry": retry}}))
+    return path
+
+
+def test_check_command_reports_and_gates(simulator, tmp_path: Path, capsys) -> None:
+    with simulator() as url:
+        assert main(["check", "--config", str(_write_config(tmp_path, url))]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split() == ["role", "endpoint", "capability", "status", "detail"]
+    assert all(f"{role}: usable" in out for role in probe.ROLE_NEEDS)
+
+    with simulator(server_faults={"reject_images": True, "ignore_choice": True}) as url:
+        code = main(["check", "--config", str(_write_config(tmp_path, url)), "--role", "filter"])
+    captured = capsys.readouterr()
+    lines = {tuple(line.split()[2:4]) for line in captured.out.splitlines()[1:]}
+    assert code == 1
+    assert {("model", "ok"), ("choice", "fallback"), ("image", "fail")} <= lines
+    assert "role filter cannot work" in captured.err
+
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    code = main(["check", "--config", str(_write_config(tmp_path, dead)), "--role", "validator"])
+    captured = capsys.readouterr()
+    assert code == 1 and dead in captured.out and "endpoint" in captured.out
