@@ -324,7 +324,8 @@ def free_text_choice(answer: str, rng: random.Random) -> str:
     reasons = ("several non-literal readings fit the scene", "the scene invites more than one reading")
     if answer.upper() == "NO":
         reasons = ("the scene reads mostly literally", "nothing beyond the literal stands out")
-    return f"{answer.capitalize()}, {rng.choice(reasons)}."
+    word = answer.capitalize() if answer.upper() in ("YES", "NO") else answer
+    return f"{word}, {rng.choice(reasons)}."
 
 
 def _unit(*parts: object) -> float:
