@@ -245,7 +245,7 @@ def _unavailable(role: str, urls: tuple[str, ...], code: str, message: str) -> E
     )
 
 
-async def _listing(endpoints: list[Endpoint], retry: RetryConfig) -> tuple[Endpoint, list[str]]:
+async def _listing(name: str, endpoints: list[Endpoint], retry: RetryConfig) -> tuple[Endpoint, list[str]]:
     """The first endpoint that lists its models, and that list (retried like any request)."""
     rng, error = random.Random(0), ("", "")
     for attempt in range(1, retry.max_attempts + 1):
@@ -257,11 +257,7 @@ async def _listing(endpoints: list[Endpoint], retry: RetryConfig) -> tuple[Endpo
                 error = (classify_error(exc)[0], f"{type(exc).__name__}: {str(exc)[:200]}")
         if attempt < retry.max_attempts:
             await asyncio.sleep(backoff_delay(attempt, retry, rng))
-    raise EndpointUnavailable(
-        f"endpoint(s) {', '.join(e.url for e in endpoints)} unavailable ({error[0]}: {error[1]})",
-        urls=tuple(e.url for e in endpoints),
-        code=error[0],
-    )
+    raise _unavailable(name, tuple(e.url for e in endpoints), *error)
 
 
 async def probe_role(
@@ -275,10 +271,7 @@ async def probe_role(
 ) -> ProbeReport:
     """Check what `needs` asks of the role's endpoints; the report holds the modes to use."""
     urls = tuple(e.url for e in endpoints)
-    try:
-        endpoint, served = await _listing(endpoints, retry)
-    except EndpointUnavailable as error:
-        raise _unavailable(name, urls, error.code, error.message) from None
+    endpoint, served = await _listing(name, endpoints, retry)
     simulated = any(m.startswith(codes.SIMULATED_MODEL_PREFIX) for m in served)
     report = ProbeReport(name, urls, role.model, json_mode, choice_style, simulated)
     prober = _Prober(name, role, endpoint, retry)
