@@ -270,6 +270,45 @@ def _compute(manifest: dict[str, Any]) -> list[str]:
     return _section("Compute", *parts)
 
 
+def _loading(metadata: dict[str, Any] | None) -> list[str]:
+    """Three ways in: pandas (categoricals), `datasets` (configs, ClassLabel), DuckDB (SQL)."""
+    code = [
+        "```python",
+        "import pandas as pd                       # lens and split are categoricals in the paper's order",
+        'captions = pd.read_parquet("export/captions.parquet")',
+        "import datasets                           # one config per table, train/valid/test splits",
+        'ds = datasets.load_dataset("export", "captions")   # lens is a ClassLabel',
+        "import duckdb",
+        "duckdb.sql(\"SELECT lens, count(*) FROM 'export/captions.parquet' GROUP BY lens\").show()",
+        "```",
+    ]
+    note = (
+        "The flat tables (`*.parquet` here) are for pandas, DuckDB and the training code. The "
+        "Hugging Face configs read `hf/<config>/<split>-*.parquet`, the same rows with `lens` and `split` "
+        "stored as ClassLabel codes (pandas reads the flat tables' dictionary columns as categoricals, "
+        "which `datasets` cannot cast to ClassLabel); `rejections` is one split, `full`."
+    )
+    if metadata is None:
+        return _section("Loading", "\n".join(code[:3] + code[-3:]))
+    infos = metadata.get("dataset_info", [])
+    images = any(item.get("dtype") == "image" for info in infos for item in info["features"])
+    where = (
+        "The images config embeds the image bytes (`image` column, `datasets.Image`): the export can be "
+        "copied or uploaded with its images."
+        if images
+        else "The images config holds paths on the build machine; `lenses export --embed-images` embeds the "
+        "bytes so a copied export keeps its images."
+    )
+    return _section("Loading", "\n".join(code), note, where)
+
+
+def _licences(licences: pd.DataFrame | None) -> list[str]:
+    if licences is None:
+        return []
+    note = "Licences the sources gave for the exported images (the card's `license` field summarises them):"
+    return _section("Licences", note, _md_table(licences))
+
+
 def write_card(
     out: Path,
     run: Path,
@@ -278,11 +317,16 @@ def write_card(
     prompts: pd.DataFrame,
     rejections: pd.DataFrame,
     manifest: dict[str, Any],
+    metadata: dict[str, Any] | None = None,
+    licences: pd.DataFrame | None = None,
 ) -> Path:
-    """Write out/README.md and out/figures/*.png."""
+    """Write out/README.md (front matter `metadata` for the Hub, when given) and out/figures/*.png."""
+    from lenses_data.card_meta import front_matter
+
     figures = plot_figures(out, images, captions, prompts)
     shares, families = idiom_tables(captions, prompts)
-    lines = ["# Lenses dataset card", ""]
+    lines = [front_matter(metadata)] if metadata else []
+    lines += ["# Lenses dataset card", ""]
     if manifest.get("simulated"):
         lines += [
             "> **SIMULATED.** Model answers in this export came from the built-in simulator, not from",
@@ -294,6 +338,7 @@ def write_card(
         f"{len(prompts):,} image-side prompts over five lenses ({', '.join(LENS_NAMES)}).",
         "",
     ]
+    lines += _loading(metadata)
     lines += _section(
         "Captions by split and lens (cf. Table 1)", _md_table(split_lens_table(images, captions, "Captions"))
     )
@@ -316,6 +361,7 @@ def write_card(
     lines += _flags_section(captions, prompts, manifest)
     lines += _section("Caption diversity", _md_table(diversity(captions)))
     lines += _compute(manifest)
+    lines += _licences(licences)
     lines += _provenance(manifest)
     path = out / "README.md"
     io.atomic_write_bytes(path, "\n".join(lines).encode("utf-8"))

@@ -1,6 +1,6 @@
 """Pipeline configuration: one pydantic model, loaded from YAML, with environment overrides.
 
-Sections live in their own modules (ingest, dedupe, models, annotate); this module composes them.
+Sections live in their own modules (ingest, dedupe, models, annotate, export); this module composes them.
 Environment overrides use `LENSES__<SECTION>__<FIELD>=value` (values parsed as YAML scalars), e.g.
 `LENSES__DEDUPE__HAMMING_RADIUS=6` or `LENSES__SHARD_SIZE=500`.
 """
@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lenses_data.config.annotate import AnnotateConfig
 from lenses_data.config.dedupe import DedupeConfig, SplitConfig
+from lenses_data.config.export import ExportConfig
 from lenses_data.config.ingest import IngestConfig
 from lenses_data.config.models import ModelsConfig
 from lenses_data.config.orchestration import OrchestrationConfig
@@ -46,6 +47,7 @@ class PipelineConfig(BaseModel):
     split: SplitConfig = Field(default_factory=SplitConfig)
     models: ModelsConfig = Field(default_factory=ModelsConfig)
     annotate: AnnotateConfig = Field(default_factory=AnnotateConfig)
+    export: ExportConfig = Field(default_factory=ExportConfig)
     orchestration: OrchestrationConfig = Field(default_factory=OrchestrationConfig)
     simulator: SimulatorSettings = Field(default_factory=SimulatorSettings)
 
@@ -130,6 +132,7 @@ __all__ = [
     "AnnotateConfig",
     "ConfigError",
     "DedupeConfig",
+    "ExportConfig",
     "IngestConfig",
     "ModelsConfig",
     "OrchestrationConfig",

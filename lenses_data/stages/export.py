@@ -7,7 +7,9 @@
     prompts.parquet     the same columns, for image-side prompts
     rejections.parquet  every stage's rejections, plus export's own (images left without texts)
     manifest.json       config, models, prompt hashes, package versions, counts per stage, simulated
-    README.md + figures/  the dataset card (lenses_data.card)
+    README.md + figures/  the dataset card (lenses_data.card), with the Hugging Face metadata block
+    hf/<config>/<split>-NNNNN-of-NNNNN.parquet  the Hugging Face layout (lenses_data.stages.export_hf):
+                        `datasets.load_dataset(out, "captions")`; images embedded with `export.embed_images`
 
 `lens` and `split` are stored so that `pandas.read_parquet` returns categoricals with the five
 lens names (and train/valid/test) in the fixed order. The final texts are the visual_validate
@@ -27,6 +29,7 @@ import pyarrow as pa
 from pydantic import BaseModel
 
 from lenses_data import io
+from lenses_data.config.export import ExportConfig
 from lenses_data.models.journal import read_run_journal, usage_totals
 from lenses_data.prompts import all_prompt_hashes
 from lenses_data.schemas import (
@@ -44,6 +47,7 @@ from lenses_data.schemas import (
 )
 from lenses_data.stages._annotate import rejection, rejections_frame
 from lenses_data.stages.base import ShardStats
+from lenses_data.stages.export_hf import hf_table, write_hf_layout
 
 log = logging.getLogger(__name__)
 STAGE = "export"
@@ -119,7 +123,7 @@ def final_images(run: Path, texts: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
     splits = io.read_stage(run, "split", SplitAssignment)
     decisions = io.read_stage(run, "filter", FilterDecision)
     splits = splits[splits["image_id"].isin(set(decisions.loc[decisions["passed"], "image_id"]))]
-    ingest = io.read_stage(run, "ingest", CandidateImage)[["image_id", "path", "width", "height", "source"]]
+    ingest = io.read_stage(run, "ingest", CandidateImage)[["image_id", "path", "width", "height", "source", "licence"]]
     images = splits.merge(ingest.drop_duplicates("image_id"), on="image_id", how="left")
     images["path"] = images["path"].map(lambda p: str(Path(p).resolve()) if isinstance(p, str) else p)
     with_texts = set(texts["image_id"])
@@ -201,9 +205,14 @@ def gpu_plan(run: Path, config: Any) -> dict[str, Any] | None:
         return None
 
 
+def export_settings(config: Any) -> ExportConfig:
+    return getattr(config, "export", None) or ExportConfig()
+
+
 def export_dataset(run: str | Path, out: str | Path, config: Any = None) -> dict[str, Any]:
     """Write the dataset folder `out` from a finished run; returns the manifest as a dict."""
     from lenses_data.card import write_card
+    from lenses_data.card_meta import card_metadata, licence_counts
 
     run, out = Path(run), Path(out)
     texts = io.read_stage(run, FINAL_STAGE, LensText)
@@ -220,7 +229,14 @@ def export_dataset(run: str | Path, out: str | Path, config: Any = None) -> dict
     typed_parquet(out / "images.parquet", images, ExportImage)
     typed_parquet(out / "captions.parquet", captions, ExportText)
     typed_parquet(out / "prompts.parquet", prompts, ExportText)
-    io.write_table(out / "rejections.parquet", io.to_table(rejections, Rejection))
+    rejections_table = io.to_table(rejections, Rejection)
+    io.write_table(out / "rejections.parquet", rejections_table)
+    hf_tables = {
+        "captions": hf_table(captions, ExportText),
+        "prompts": hf_table(prompts, ExportText),
+        "images": hf_table(images, ExportImage),
+    }
+    layout = write_hf_layout(out, hf_tables, rejections_table, export_settings(config))
     manifest = Manifest(
         created_at=dt.datetime.now(dt.UTC),
         config=config.model_dump(mode="json") if hasattr(config, "model_dump") else {},
@@ -240,7 +256,10 @@ def export_dataset(run: str | Path, out: str | Path, config: Any = None) -> dict
     )
     payload = manifest.model_dump(mode="json")
     io.atomic_write_json(out / "manifest.json", payload)
-    write_card(out, run, images, captions, prompts, rejections, payload)
+    metadata = card_metadata(layout, captions, images["licence"], payload)
+    write_card(
+        out, run, images, captions, prompts, rejections, payload, metadata, licence_counts(images["licence"])
+    )
     return payload
 
 
@@ -250,7 +269,7 @@ class ExportStage:
     name = STAGE
     input_stage = FINAL_STAGE
     reads = tuple(LensText.model_fields)
-    writes = ("images.parquet", "captions.parquet", "prompts.parquet", "rejections.parquet", "manifest.json")
+    writes = ("images.parquet", "captions.parquet", "prompts.parquet", "rejections.parquet", "manifest.json", "hf")
 
     def __init__(self, config: Any, client: Any = None) -> None:
         self.config = config

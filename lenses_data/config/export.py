@@ -1,0 +1,28 @@
+"""Settings of the export stage: whether the images travel with the dataset.
+
+By default the images table holds paths on the build machine (small, but only useful there).
+`embed_images` also writes the Hugging Face images config with the image bytes in a
+`datasets.Image` column, so a copied or uploaded export still shows its images.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ExportConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    embed_images: bool = Field(
+        False, description="Write the image bytes into the Hugging Face images config (hf/images/)"
+    )
+    embed_max_side: int | None = Field(
+        None,
+        ge=32,
+        description="None: embed the original files' bytes; a number (e.g. 512): embed JPEGs re-encoded "
+        "so that the longer side is at most this many pixels",
+    )
+    embed_jpeg_quality: int = Field(90, ge=1, le=100, description="JPEG quality of re-encoded images")
+    shard_mb: float = Field(
+        500.0, gt=0, description="Target size of one Parquet shard of the Hugging Face layout, in MB"
+    )
