@@ -42,7 +42,7 @@ class Captions(BaseModel):
 
 
 INSTRUCTIONS = "Write two or three captions for the harbour scene, each under one lens, as JSON."
-VARIANTS = ("bare", "bare-pooled", "client-nojournal", "client-sqlite", "client-jsonl", "client-sqlite-fsync")
+VARIANTS = ("bare", "bare-pooled", "client-nojournal", "client-journal", "client-journal-fsync")
 
 
 def _requests(n: int, tag: str) -> list[ModelRequest]:
@@ -102,16 +102,14 @@ def run_variant(
     else:
         config = sim_models_config([url], timeout_s=60, concurrency=concurrency)
         journal = config.journal.model_copy(
-            update={
-                "enabled": variant != "client-nojournal",
-                "backend": "jsonl" if variant.endswith("jsonl") else "sqlite",
-                "fsync": variant.endswith("fsync"),
-            }
+            update={"enabled": variant != "client-nojournal", "fsync": variant.endswith("fsync")}
         )
         config = config.model_copy(update={"journal": journal, "progress_interval_s": 3600})
         with tempfile.TemporaryDirectory() as journal_dir:
             client = ModelClient.from_config(config, journal_dir=journal_dir)
-            results = asyncio.run(client.run(requests, parse_model(Captions)))
+            # As a stage does it: every answer of the shard goes to that shard's own journal file.
+            with client.shard_journal(Path(journal_dir) / "generate" / "part-00000.jsonl"):
+                results = asyncio.run(client.run(requests, parse_model(Captions)))
             client.close()
         ok = sum(r.ok for r in results)
     elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
