@@ -64,6 +64,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     _common(parser)
     parser.add_argument("--out", help="output folder (default: RUN/export)")
+    parser.add_argument(
+        "--embed-images",
+        action="store_true",
+        default=None,
+        help="write the image bytes into the Hugging Face images config (hf/images/, ~500 MB shards) so a "
+        "copied export keeps its images (config: export.embed_images)",
+    )
+    parser.add_argument(
+        "--embed-max-side",
+        type=int,
+        metavar="PX",
+        help="embed JPEGs re-encoded to at most PX on the longer side, e.g. 512; implies --embed-images "
+        "(default: the original files' bytes; config: export.embed_max_side)",
+    )
     parser.set_defaults(func=handle_export)
 
 
@@ -121,6 +135,24 @@ def handle_stage(args: argparse.Namespace) -> int:
     return 0
 
 
+def _embed_options(config, args: argparse.Namespace) -> None:
+    """Apply --embed-images/--embed-max-side to config.export, validated like the config file."""
+    from pydantic import ValidationError
+
+    from lenses_data.config import ConfigError
+    from lenses_data.config.export import ExportConfig
+
+    update = {}
+    if args.embed_images or args.embed_max_side is not None:
+        update["embed_images"] = True
+    if args.embed_max_side is not None:
+        update["embed_max_side"] = args.embed_max_side
+    try:
+        config.export = ExportConfig.model_validate({**config.export.model_dump(), **update})
+    except ValidationError as error:
+        raise ConfigError(f"--embed-max-side: {error.errors()[0]['msg']}") from None
+
+
 def handle_export(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
@@ -132,6 +164,7 @@ def handle_export(args: argparse.Namespace) -> int:
 
     try:
         config = _load(args)
+        _embed_options(config, args)
         run = Path(config.run_dir)
         if args.out:
             manifest = export_dataset(run, Path(args.out), config)

@@ -198,7 +198,11 @@ def write_embedded_images(
             part = table.filter(pa.array(split_codes == code))
             writer = ShardWriter(folder, split, max_bytes, row_group_size=IMAGE_ROW_GROUP)
             for start in range(0, max(len(part), 1), batch):  # an empty split still gets its schema
-                writer.add(_with_images(part.slice(start, batch), settings, pool))
+                embedded = _with_images(part.slice(start, batch), settings, pool)
+                for row in range(len(embedded)):  # row by row, so a shard ends where it fills up
+                    writer.add(embedded.slice(row, 1))
+                if not len(embedded):
+                    writer.add(embedded)
             rows[split] = writer.close()
     return rows
 
