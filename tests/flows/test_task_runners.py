@@ -52,3 +52,27 @@ def test_unknown_runner_is_a_config_error():
 
     with pytest.raises(ConfigError, match="orchestration.task_runner"):
         config_from_dict({"orchestration": {"task_runner": "celery"}}, environ={})
+
+
+def test_dask_runner_options_reach_the_cluster_or_the_client():
+    pytest.importorskip("prefect_dask")
+    from flows.common import make_task_runner
+
+    local = config_from_dict(
+        {"orchestration": {"task_runner": "dask", "runner_options": {"n_workers": 3, "processes": True}}},
+        environ={},
+    )
+    runner = make_task_runner(local)
+    assert runner.cluster_kwargs == {"n_workers": 3, "processes": True} and runner.address is None
+    remote = config_from_dict(
+        {
+            "orchestration": {
+                "task_runner": "dask",
+                "runner_address": "tcp://10.0.0.1:8786",
+                "runner_options": {"timeout": 30},
+            }
+        },
+        environ={},
+    )
+    runner = make_task_runner(remote)
+    assert runner.address == "tcp://10.0.0.1:8786" and runner.client_kwargs.get("timeout") == 30
