@@ -20,6 +20,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--seed", type=int, default=0, help="seed for answers and faults")
     parser.add_argument("--latency", type=float, default=0.0, help="seconds of delay per answer")
+    latency = parser.add_argument_group(
+        "latency model",
+        "each replica serves one request at a time for prompt tokens / prefill rate + completion tokens / "
+        "decode rate (the answer's usage); a request waits for the first free replica; --latency is added",
+    )
+    latency.add_argument("--replicas", type=int, default=0, help="number of replicas (default 0: unlimited)")
+    latency.add_argument("--prefill-tps", type=float, default=0.0, help="prompt tokens/s per replica")
+    latency.add_argument("--decode-tps", type=float, default=0.0, help="completion tokens/s per replica")
     parser.add_argument("--yes-rate", type=float, default=0.3, help="share of YES answers to YES/NO choices")
     parser.add_argument(
         "--faults",
@@ -76,6 +84,9 @@ def handle(args: argparse.Namespace) -> int:
     config = SimConfig(
         seed=args.seed,
         latency_s=args.latency,
+        replicas=args.replicas,
+        prefill_tps=args.prefill_tps,
+        decode_tps=args.decode_tps,
         yes_rate=args.yes_rate,
         faults=json.loads(args.faults),
         faults_until_attempt=args.faults_until_attempt,

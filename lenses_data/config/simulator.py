@@ -120,5 +120,10 @@ class SimulatorSettings(BaseModel):
     yes_rate: float = Field(0.3, ge=0, le=1, description="Share of YES answers to the image filter")
     seed: int = Field(0, description="Seed of the simulator's deterministic answers")
     latency_s: float = Field(0.0, ge=0, description="Fixed delay before every simulated answer")
+    replicas: int = Field(
+        0, ge=0, description="Latency model: replicas, each serving one request at a time (0: unlimited)"
+    )
+    prefill_tps: float = Field(0.0, ge=0, description="Prompt tokens/s of one replica (0: no prefill time)")
+    decode_tps: float = Field(0.0, ge=0, description="Completion tokens/s of one replica (0: no decode time)")
     content: SimContentSettings = Field(default_factory=SimContentSettings)
     server_faults: SimServerFaults = Field(default_factory=SimServerFaults)

@@ -11,6 +11,13 @@ and tests are reproducible. Every answer is marked simulated (`system_fingerprin
 Server faults (`SimServerFaults`, opt-in) reproduce what real OpenAI-compatible servers do to this
 pipeline on every attempt, not by chance: HTTP 500 on `response_format` json_schema, a structured
 choice ignored (free text), HTTP 500 on image input, JSON answers cut at max_tokens.
+
+Latency model (opt-in): `replicas` servers, each working through one request at a time at
+`prefill_tps` prompt tokens/s and `decode_tps` completion tokens/s (the usage the answer reports).
+A request waits for the replica that frees first, so N concurrent requests against one replica take
+about N times one request's service time and against N replicas about one. The queue is a virtual
+clock (the time each replica becomes free), so delays depend only on arrival order and token counts.
+`latency_s` (plus jitter) is added outside the queue, as network and fixed overhead.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import heapq
 import json
 import socket
 import threading
@@ -32,7 +40,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from lenses_data.config.simulator import SimContentSettings, SimServerFaults, SimulatorSettings
-from lenses_data.models.simcontent import answer_content, completion_payload
+from lenses_data.models.simcontent import answer_content, completion_payload, request_texts
 from lenses_data.models.simfaults import (
     SERVER_FAULT_ERRORS,
     DroppedResponse,
@@ -65,6 +73,11 @@ class SimConfig(BaseModel):
     faults_until_attempt: int | None = Field(
         default=None, description="Attempts numbered >= this never fault (guarantees eventual success)"
     )
+    replicas: int = Field(
+        default=0, ge=0, description="Latency model: replicas serving one request at a time (0: unlimited)"
+    )
+    prefill_tps: float = Field(default=0.0, ge=0, description="Prompt tokens/s per replica (0: free)")
+    decode_tps: float = Field(default=0.0, ge=0, description="Completion tokens/s per replica (0: free)")
     hang_s: float = Field(default=30.0, description="How long a hang lasts (beyond the client timeout)")
     hold_until_in_flight: int | None = Field(
         default=None,
@@ -98,6 +111,28 @@ def _unit(*parts: object) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
+class ReplicaClock:
+    """When each simulated replica becomes free: a request's answer is due when the replica that frees
+    first has worked through it (the latency model; no replicas means no queueing)."""
+
+    def __init__(self, replicas: int) -> None:
+        self.free_at = [0.0] * replicas  # a heap of monotonic times
+
+    def due(self, now: float, service_s: float) -> float:
+        if not self.free_at:
+            return now + service_s
+        finish = max(now, heapq.heappop(self.free_at)) + service_s
+        heapq.heappush(self.free_at, finish)
+        return finish
+
+
+def service_seconds(config: SimConfig, prompt_tokens: int, completion_tokens: int) -> float:
+    """Time one replica spends on a request: prefill of the prompt, then decoding of the answer."""
+    prefill = prompt_tokens / config.prefill_tps if config.prefill_tps else 0.0
+    decode = completion_tokens / config.decode_tps if config.decode_tps else 0.0
+    return prefill + decode
+
+
 class SimState:
     def __init__(self, config: SimConfig) -> None:
         self.config = config
@@ -110,6 +145,17 @@ class SimState:
         self.in_flight = 0
         self.max_in_flight = 0
         self.filled: asyncio.Event | None = None  # created in the server's loop on first use
+        self.clock = ReplicaClock(config.replicas)
+
+    def delay_for(self, digest: str, usage: dict[str, int], fault: str | None) -> float:
+        """Seconds before this answer goes out: fixed latency and jitter, plus queueing and tokens."""
+        cfg = self.config
+        delay = cfg.latency_s + cfg.latency_jitter_s * _unit(cfg.seed, "latency", digest)
+        service = service_seconds(cfg, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))
+        if service or self.clock.free_at:
+            now = time.monotonic()
+            delay += self.clock.due(now, service) - now
+        return max(delay, cfg.hang_s) if fault == "hang" else delay
 
     def fault_for(self, digest: str, attempt: int) -> str | None:
         cfg = self.config
@@ -219,11 +265,37 @@ async def _hold(state: SimState) -> None:
 
 async def _respond(state: SimState, body: dict[str, Any], digest: str, fault: str | None) -> Response:
     cfg = state.config
-    delay = cfg.latency_s + cfg.latency_jitter_s * _unit(cfg.seed, "latency", digest)
-    if fault == "hang":
-        delay = max(delay, cfg.hang_s)
-    if delay:
+    error = _error_response(fault)
+    if error is not None:  # rejected after reading the prompt: prefill only
+        await _sleep(state.delay_for(digest, {"prompt_tokens": prompt_tokens(body)}, fault))
+        return error
+    n = int(body.get("n") or 1)
+    contents = [(answer_content(body, digest, cfg, i), "stop") for i in range(n)]
+    if fault in ("empty", "truncated", "malformed_json", "schema_invalid"):
+        contents[0] = faulty_content(fault, contents[0][0], body)
+    cut = [truncated_json(cfg, digest, c) for c in contents]
+    if cut != contents:
+        state.server_faults["truncate_json"] = state.server_faults.get("truncate_json", 0) + 1
+        contents = cut
+    completion = completion_payload(body, contents)
+    await _sleep(state.delay_for(digest, completion["usage"], fault))
+    payload = json.dumps(completion).encode()
+    if fault == "drop":
+        return DroppedResponse(payload)
+    return Response(payload, media_type="application/json")
+
+
+async def _sleep(delay: float) -> None:
+    if delay > 0:
         await asyncio.sleep(delay)
+
+
+def prompt_tokens(body: dict[str, Any]) -> int:
+    """The prompt size the simulator reports in `usage` (words of the first user turn)."""
+    return sum(len(text.split()) for text in request_texts(body)[0])
+
+
+def _error_response(fault: str | None) -> Response | None:
     if fault == "http_500":
         return JSONResponse({"error": {"message": "simulated server error", "type": "server_error"}}, 500)
     if fault in SERVER_FAULT_ERRORS:
@@ -234,18 +306,7 @@ async def _respond(state: SimState, body: dict[str, Any], digest: str, fault: st
             429,
             headers={"retry-after": "0"},
         )
-    n = int(body.get("n") or 1)
-    contents = [(answer_content(body, digest, cfg, i), "stop") for i in range(n)]
-    if fault in ("empty", "truncated", "malformed_json", "schema_invalid"):
-        contents[0] = faulty_content(fault, contents[0][0], body)
-    cut = [truncated_json(cfg, digest, c) for c in contents]
-    if cut != contents:
-        state.server_faults["truncate_json"] = state.server_faults.get("truncate_json", 0) + 1
-        contents = cut
-    payload = json.dumps(completion_payload(body, contents)).encode()
-    if fault == "drop":
-        return DroppedResponse(payload)
-    return Response(payload, media_type="application/json")
+    return None
 
 
 def free_port() -> int:
