@@ -258,7 +258,11 @@ def _compute(manifest: dict[str, Any]) -> list[str]:
     if plan:
         stages = pd.DataFrame(
             [
-                {"Stage": item["stage"], "Requests": round(item["requests"]), "GPU-hours": round(item["gpu_hours"], 3)}
+                {
+                    "Stage": item["stage"],
+                    "Requests": round(item["requests"]),
+                    "GPU-hours": round(item["gpu_hours"], 3),
+                }
                 for item in plan["stages"]
             ]
         )
@@ -299,7 +303,17 @@ def _loading(metadata: dict[str, Any] | None) -> list[str]:
         else "The images config holds paths on the build machine; `lenses export --embed-images` embeds the "
         "bytes so a copied export keeps its images."
     )
-    return _section("Loading", "\n".join(code), note, where)
+    present = {(c["config_name"], f["split"]) for c in metadata["configs"] for f in c["data_files"]}
+    wanted = [(n, s) for n in ("captions", "prompts", "images") for s in SPLIT_NAMES] + [
+        ("rejections", "full")
+    ]
+    missing = [f"`{n}/{s}`" for n, s in wanted if (n, s) not in present]
+    gaps = (
+        f"Left out for want of rows (`datasets` cannot load an empty split): {', '.join(missing)}."
+        if missing
+        else ""
+    )
+    return _section("Loading", "\n".join(code), note, where, *([gaps] if gaps else []))
 
 
 def _licences(licences: pd.DataFrame | None) -> list[str]:

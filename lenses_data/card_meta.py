@@ -72,7 +72,7 @@ def licence_counts(licences: pd.Series) -> pd.DataFrame:
 def licence_fields(licences: pd.Series, text_models: list[str]) -> dict[str, Any]:
     """`license` (+ `license_name`/`license_details` when it is `other`) for the card.
 
-    One Hub licence for every image -> that id. No licence from any source -> `unknown`.
+    One Hub licence for every image (in any spelling) -> that id. No licence from any source -> `unknown`.
     Anything mixed or unrecognised -> `other`, with the per-licence image counts spelled out.
     """
     counts = licence_counts(licences)
@@ -81,8 +81,8 @@ def licence_fields(licences: pd.Series, text_models: list[str]) -> dict[str, Any
     if distinct == [UNSPECIFIED] or not distinct:
         fields: dict[str, Any] = {"license": "unknown"}
         detail = "The image sources gave no licence; check each source's terms before redistribution."
-    elif len(distinct) == 1 and hub_licence(distinct[0]):
-        return {"license": hub_licence(distinct[0])}
+    elif len(ids := {hub_licence(v) for v in distinct}) == 1 and None not in ids:
+        return {"license": ids.pop()}  # one licence, however each source spelled it
     else:
         fields = {"license": "other", "license_name": "mixed-source-licences"}
         detail = (

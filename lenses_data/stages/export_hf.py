@@ -89,9 +89,9 @@ def hf_table(frame: pd.DataFrame, model: type[BaseModel]) -> pa.Table:
     for field in schema:
         if field.name in CATEGORICAL_COLUMNS:
             names = list(CATEGORICAL_COLUMNS[field.name])
-            codes = pd.Categorical(frame[field.name].astype(str), categories=names).codes
-            if (codes < 0).any():
-                unknown = sorted(set(frame.loc[codes < 0, field.name].astype(str)))
+            codes = frame[field.name].astype(str).map({name: i for i, name in enumerate(names)})
+            if codes.isna().any():
+                unknown = sorted(set(frame.loc[codes.isna(), field.name].astype(str)))
                 raise ValueError(f"{field.name} values outside {names}: {unknown}")
             frame[field.name] = codes.astype("int64")
             field = pa.field(field.name, pa.int64(), nullable=False)
@@ -102,17 +102,17 @@ def hf_table(frame: pd.DataFrame, model: type[BaseModel]) -> pa.Table:
 class ShardWriter:
     """Writes tables of one split as `<split>-NNNNN-of-NNNNN.parquet` files of about `max_bytes`."""
 
-    def __init__(self, folder: Path, split: str, max_bytes: int, row_group_size: int | None = None) -> None:
-        self.folder, self.split, self.max_bytes = folder, split, max_bytes
+    def __init__(
+        self, folder: Path, split: str, schema: pa.Schema, max_bytes: int, row_group_size: int | None = None
+    ) -> None:
+        self.folder, self.split, self.schema, self.max_bytes = folder, split, schema, max_bytes
         self.row_group_size = row_group_size
         self.pending: list[pa.Table] = []
         self.size = 0
         self.rows = self.nbytes = 0  # totals over the split: the card's num_examples and num_bytes
         self.written: list[Path] = []
-        self.schema: pa.Schema | None = None
 
     def add(self, table: pa.Table) -> None:
-        self.schema = table.schema
         self.pending.append(table)
         self.size += table.nbytes
         self.rows += len(table)
@@ -121,7 +121,7 @@ class ShardWriter:
             self._flush()
 
     def _flush(self) -> None:
-        table = pa.concat_tables(self.pending) if self.pending else self.schema.empty_table()
+        table = pa.concat_tables(self.pending)
         path = self.folder / f".{self.split}-{len(self.written):05d}.parquet"
         self.folder.mkdir(parents=True, exist_ok=True)
         pq.write_table(table, path, compression="zstd", row_group_size=self.row_group_size)
@@ -129,9 +129,9 @@ class ShardWriter:
         self.pending, self.size = [], 0
 
     def close(self) -> dict[str, int]:
-        """Flush the rest (an empty split still gets one file), name the files `-of-N`; returns
-        the split's rows, in-memory bytes and bytes on disk."""
-        if self.pending or not self.written:
+        """Flush the rest and name the files `-of-N`; returns the split's rows, in-memory bytes and
+        bytes on disk. An empty split gets no file: `datasets` cannot load a split without rows."""
+        if self.rows and self.pending:
             self._flush()
         total = len(self.written)
         on_disk = 0
@@ -155,7 +155,7 @@ def write_split_tables(folder: Path, table: pa.Table, max_bytes: int) -> dict[st
     rows = {}
     for code, split in enumerate(SPLIT_NAMES):
         part = table.filter(pa.array(split_codes == code))
-        writer = ShardWriter(folder, split, max_bytes)
+        writer = ShardWriter(folder, split, table.schema, max_bytes)
         for piece in _slices(part, max_bytes):
             writer.add(piece)
         rows[split] = writer.close()
@@ -177,13 +177,19 @@ def embedded_cell(path: str, image_id: str, max_side: int | None, quality: int) 
     return {"bytes": buffer.getvalue(), "path": f"{image_id}.jpg"}
 
 
+def embedded_schema(schema: pa.Schema) -> pa.Schema:
+    return schema.append(pa.field("image", IMAGE_STRUCT))
+
+
 def _with_images(chunk: pa.Table, settings: Any, pool: ThreadPoolExecutor) -> pa.Table:
     def cell(item: tuple[str, str]) -> dict[str, Any]:
         return embedded_cell(item[0], item[1], settings.embed_max_side, settings.embed_jpeg_quality)
 
     pairs = zip(chunk.column("path").to_pylist(), chunk.column("image_id").to_pylist(), strict=True)
     cells = list(pool.map(cell, pairs))  # in order: row i keeps image i
-    return chunk.append_column(pa.field("image", IMAGE_STRUCT), pa.array(cells, IMAGE_STRUCT))
+    return pa.Table.from_arrays(
+        [*chunk.columns, pa.array(cells, IMAGE_STRUCT)], schema=embedded_schema(chunk.schema)
+    )
 
 
 def write_embedded_images(
@@ -192,26 +198,26 @@ def write_embedded_images(
     """The images config with an `image` column, streamed so that about one shard is in memory."""
     batch = 64
     rows = {}
+    schema = embedded_schema(table.schema)
     split_codes = table.column("split").to_numpy()
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
         for code, split in enumerate(SPLIT_NAMES):
             part = table.filter(pa.array(split_codes == code))
-            writer = ShardWriter(folder, split, max_bytes, row_group_size=IMAGE_ROW_GROUP)
-            for start in range(0, max(len(part), 1), batch):  # an empty split still gets its schema
+            writer = ShardWriter(folder, split, schema, max_bytes, row_group_size=IMAGE_ROW_GROUP)
+            for start in range(0, len(part), batch):
                 embedded = _with_images(part.slice(start, batch), settings, pool)
                 for row in range(len(embedded)):  # row by row, so a shard ends where it fills up
                     writer.add(embedded.slice(row, 1))
-                if not len(embedded):
-                    writer.add(embedded)
             rows[split] = writer.close()
     return rows
 
 
 def _entry(name: str, schema: pa.Schema, splits: dict[str, dict[str, int]], paths: dict[str, str]):
+    splits = {split: sizes for split, sizes in splits.items() if sizes["rows"]}
     config: dict[str, Any] = {"config_name": name}
     if name == "captions":
         config["default"] = True
-    config["data_files"] = [{"split": s, "path": p} for s, p in paths.items()]
+    config["data_files"] = [{"split": s, "path": p} for s, p in paths.items() if s in splits]
     info = {
         "config_name": name,
         "features": features(schema),
@@ -229,27 +235,37 @@ def write_hf_layout(
     out: Path, tables: dict[str, pa.Table], rejections: pa.Table, settings: Any
 ) -> dict[str, Any]:
     """Write out/hf/ from `hf_table` outputs (captions, prompts, images); returns the card's
-    `configs` and `dataset_info` lists. Built beside and swapped in, so no stale shard survives."""
+    `configs` and `dataset_info` lists, and `empty`: the config/split pairs left out for want of rows
+    (`datasets` cannot load a split without rows). Built beside and swapped in, so no stale shard
+    survives a re-export."""
     max_bytes = int(settings.shard_mb * 1_000_000)
     staging = out / f".{HF_DIR}.building"
     shutil.rmtree(staging, ignore_errors=True)
-    configs, infos = [], []
+    staging.mkdir(parents=True)
+    entries = []
     for name in (*TEXT_CONFIGS, "images"):
         table = tables[name]
         if name == "images" and settings.embed_images:
             splits = write_embedded_images(staging / name, table, settings, max_bytes)
-            schema = table.schema.append(pa.field("image", IMAGE_STRUCT))
+            schema = embedded_schema(table.schema)
         else:
             splits, schema = write_split_tables(staging / name, table, max_bytes), table.schema
-        paths = {split: f"{HF_DIR}/{name}/{split}-*.parquet" for split in splits}
-        config, info = _entry(name, schema, splits, paths)
-        configs.append(config)
-        infos.append(info)
+        entries.append((name, schema, splits, {s: f"{HF_DIR}/{name}/{s}-*.parquet" for s in splits}))
     whole = out / "rejections.parquet"
     size = {"rows": len(rejections), "nbytes": rejections.nbytes, "file_bytes": whole.stat().st_size}
-    config, info = _entry("rejections", rejections.schema, {FULL_SPLIT: size}, {FULL_SPLIT: whole.name})
-    configs.append(config)
-    infos.append(info)
+    entries.append(("rejections", rejections.schema, {FULL_SPLIT: size}, {FULL_SPLIT: whole.name}))
+    configs, infos = [], []
+    for entry in entries:
+        config, info = _entry(*entry)
+        if config["data_files"]:
+            configs.append(config)
+            infos.append(info)
+    empty = [f"{name}/{s}" for name, _, splits, _ in entries for s, v in splits.items() if not v["rows"]]
     shutil.rmtree(out / HF_DIR, ignore_errors=True)
     os.replace(staging, out / HF_DIR)
-    return {"configs": configs, "dataset_info": infos, "embedded_images": bool(settings.embed_images)}
+    return {
+        "configs": configs,
+        "dataset_info": infos,
+        "empty": empty,
+        "embedded_images": bool(settings.embed_images),
+    }
