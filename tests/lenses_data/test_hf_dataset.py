@@ -276,3 +276,13 @@ def test_cli_embed_flags(run_dir: Path, tmp_path: Path, capsys):
     assert max(loaded["train"][0]["image"].size) <= 64
     assert main(["export", "--run", str(run_dir), "--out", str(out), "--embed-max-side", "8"]) == 2
     assert "--embed-max-side" in capsys.readouterr().err
+
+
+def test_duckdb_reads_the_flat_tables_with_lens_names(export: Path, monkeypatch):
+    """The README's SQL line, run where it says: lens names (not codes) and pandas' counts."""
+    duckdb = pytest.importorskip("duckdb")
+    monkeypatch.chdir(export.parent)
+    rows = duckdb.sql("SELECT lens, count(*) FROM 'export/captions.parquet' GROUP BY lens").fetchall()
+    counts = pd.read_parquet(export / "captions.parquet")["lens"].value_counts()
+    assert dict(rows) == {lens: int(n) for lens, n in counts.items() if n}
+    assert set(dict(rows)) == set(LENS_NAMES)
