@@ -177,6 +177,8 @@ def handle_export(args: argparse.Namespace) -> int:
         return 2
     tables = manifest.get("tables", {})
     print(f"dataset written to {out.resolve()}: " + ", ".join(f"{k} {v:,} rows" for k, v in tables.items()))
+    images = "with the image bytes" if config.export.embed_images else "images as build-machine paths"
+    print(f"Hugging Face: datasets.load_dataset({str(out.resolve())!r}, 'captions'); {images}")
     if manifest.get("simulated"):
         print("SIMULATED: this export contains simulated model answers; do not train on it", file=sys.stderr)
     return 0
