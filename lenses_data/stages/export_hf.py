@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
+from lenses_data.ids import image_id_from_bytes
 from lenses_data.schemas import CATEGORICAL_COLUMNS, SPLIT_NAMES, arrow_schema
 
 HF_DIR = "hf"
@@ -102,10 +103,8 @@ def hf_table(frame: pd.DataFrame, model: type[BaseModel]) -> pa.Table:
 class ShardWriter:
     """Writes tables of one split as `<split>-NNNNN-of-NNNNN.parquet` files of about `max_bytes`."""
 
-    def __init__(
-        self, folder: Path, split: str, schema: pa.Schema, max_bytes: int, row_group_size: int | None = None
-    ) -> None:
-        self.folder, self.split, self.schema, self.max_bytes = folder, split, schema, max_bytes
+    def __init__(self, folder: Path, split: str, max_bytes: int, row_group_size: int | None = None) -> None:
+        self.folder, self.split, self.max_bytes = folder, split, max_bytes
         self.row_group_size = row_group_size
         self.pending: list[pa.Table] = []
         self.size = 0
@@ -155,22 +154,30 @@ def write_split_tables(folder: Path, table: pa.Table, max_bytes: int) -> dict[st
     rows = {}
     for code, split in enumerate(SPLIT_NAMES):
         part = table.filter(pa.array(split_codes == code))
-        writer = ShardWriter(folder, split, table.schema, max_bytes)
+        writer = ShardWriter(folder, split, max_bytes)
         for piece in _slices(part, max_bytes):
             writer.add(piece)
         rows[split] = writer.close()
     return rows
 
 
+class ImageGone(FileNotFoundError):
+    """The file ingest accepted for an image is missing or holds other bytes now."""
+
+
 def embedded_cell(path: str, image_id: str, max_side: int | None, quality: int) -> dict[str, Any]:
-    """One `datasets.Image` value: the file's bytes, or a JPEG whose longer side is `max_side`."""
+    """One `datasets.Image` value: the file's bytes, or a JPEG whose longer side is `max_side`.
+    The bytes must still hash to the image id, so the embedded image is the one annotated."""
     if not Path(path).is_file():
-        raise FileNotFoundError(f"image {image_id}: {path} no longer exists, cannot embed it")
+        raise ImageGone(f"image {image_id}: {path} no longer exists, cannot embed it")
+    data = Path(path).read_bytes()
+    if image_id_from_bytes(data) != image_id:
+        raise ImageGone(f"image {image_id}: {path} has changed since ingest, cannot embed it")
     if max_side is None:
-        return {"bytes": Path(path).read_bytes(), "path": f"{image_id}{Path(path).suffix.lower()}"}
+        return {"bytes": data, "path": f"{image_id}{Path(path).suffix.lower()}"}
     from lenses_data.imaging import load_rgb
 
-    image = load_rgb(path)
+    image = load_rgb(data)
     image.thumbnail((max_side, max_side))  # keeps the aspect ratio, never enlarges
     buffer = stdio.BytesIO()
     image.save(buffer, format="JPEG", quality=quality)
@@ -198,12 +205,11 @@ def write_embedded_images(
     """The images config with an `image` column, streamed so that about one shard is in memory."""
     batch = 64
     rows = {}
-    schema = embedded_schema(table.schema)
     split_codes = table.column("split").to_numpy()
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
         for code, split in enumerate(SPLIT_NAMES):
             part = table.filter(pa.array(split_codes == code))
-            writer = ShardWriter(folder, split, schema, max_bytes, row_group_size=IMAGE_ROW_GROUP)
+            writer = ShardWriter(folder, split, max_bytes, row_group_size=IMAGE_ROW_GROUP)
             for start in range(0, len(part), batch):
                 embedded = _with_images(part.slice(start, batch), settings, pool)
                 for row in range(len(embedded)):  # row by row, so a shard ends where it fills up

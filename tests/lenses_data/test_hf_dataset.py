@@ -252,19 +252,24 @@ def test_card_features_are_what_datasets_itself_writes(export: Path):
 def test_embedded_jpegs_are_resized_to_the_longer_side(tmp_path: Path):
     from PIL import Image
 
-    from lenses_data.stages.export_hf import embedded_cell
+    from lenses_data.ids import image_id_from_bytes
+    from lenses_data.stages.export_hf import ImageGone, embedded_cell
 
     source = tmp_path / "wide.png"
     Image.effect_noise((1200, 800), 40).convert("RGB").save(source)
-    cell = embedded_cell(str(source), "abc", max_side=512, quality=85)
-    assert cell["path"] == "abc.jpg" and cell["bytes"][:3] == b"\xff\xd8\xff"  # a JPEG
-    decoded = datasets.Image().decode_example(cell)
-    assert decoded.size == (512, 341)
+    wide = image_id_from_bytes(source.read_bytes())
+    cell = embedded_cell(str(source), wide, max_side=512, quality=85)
+    assert cell["path"] == f"{wide}.jpg" and cell["bytes"][:3] == b"\xff\xd8\xff"  # a JPEG
+    assert datasets.Image().decode_example(cell).size == (512, 341)
     small = tmp_path / "small.png"
     Image.effect_noise((300, 200), 40).convert("RGB").save(small)
-    assert datasets.Image().decode_example(embedded_cell(str(small), "s", 512, 85)).size == (300, 200)
-    with pytest.raises(FileNotFoundError, match="abc"):
-        embedded_cell(str(tmp_path / "gone.png"), "abc", None, 90)
+    small_id = image_id_from_bytes(small.read_bytes())
+    assert datasets.Image().decode_example(embedded_cell(str(small), small_id, 512, 85)).size == (300, 200)
+    # the file ingest saw must still be there, with the same bytes
+    with pytest.raises(ImageGone, match="changed since ingest"):
+        embedded_cell(str(small), wide, None, 90)
+    with pytest.raises(ImageGone, match="no longer exists"):
+        embedded_cell(str(tmp_path / "gone.png"), wide, None, 90)
 
 
 def test_cli_embed_flags(run_dir: Path, tmp_path: Path, capsys):
