@@ -1,33 +1,29 @@
-"""The parent `build-dataset` flow: every stage in order, then optionally hand off to training."""
+"""The parent `build-dataset` flow: every stage in order, then optionally hand off to training.
+
+Its parameters are flat (one form field each in the UI; `--param run_dir=...` from CI keeps the
+deployment's other parameters) and strict: `prefect deployment run` refuses an unknown name and
+lists the valid ones, the server refuses a wrong type or a `stop_after` that is not a stage.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from prefect import flow, get_run_logger
-from prefect.artifacts import create_markdown_artifact
-from pydantic import Field
 
-from flows.common import RunParameters, funnel_markdown, run_lock
+from flows.common import load_run_config, run_lock, run_name_from_parameters
+from flows.failures import ParameterError, run_explained
+from flows.reporting import publish_funnel
+from flows.runlogs import lenses_logs_to_run
 from flows.stages import run_stage_with_runner
 from lenses_data.config import PipelineConfig
 from lenses_data.stages.registry import pipeline_order
 
-
-class BuildParameters(RunParameters):
-    """Parameters of `build-dataset` as shown in the Prefect UI."""
-
-    sample: bool = Field(
-        False, description="Build the bundled sample pool into <run_dir>/sample and use it as the only source"
-    )
-    simulate: bool = Field(
-        False, description="Answer every model call with the built-in simulator (dry run, marked simulated)"
-    )
-    stop_after: str | None = Field(None, description="Stop after this stage (e.g. 'dedupe'); empty: run all")
-    train_deployment: str | None = Field(
-        None, description="After export, start this deployment (e.g. 'train-retriever/h200x8')"
-    )
+# Every registered stage (tests/flows/test_common.py checks): a typo is refused when the run is created.
+StageName = Literal[
+    "ingest", "dedupe", "filter", "split", "generate", "rules", "validate", "visual_validate", "export"
+]
 
 
 def _prepare_sources(config: PipelineConfig, sample: bool) -> PipelineConfig:
@@ -44,8 +40,8 @@ def _prepare_sources(config: PipelineConfig, sample: bool) -> PipelineConfig:
 def _hand_off(deployment: str, export_dir: str) -> str:
     from prefect.deployments import run_deployment
 
-    # The training flow takes one pydantic parameter; its production recipe is training/configs/h200x8.yaml.
-    parameters = {"params": {"config_path": "h200x8", "export_dir": export_dir}}
+    # Flat parameters of `train-retriever`; its production recipe is training/configs/h200x8.yaml.
+    parameters = {"config_path": "h200x8", "export_dir": export_dir}
     flow_run = run_deployment(name=deployment, parameters=parameters, timeout=0)
     return str(flow_run.id)
 
@@ -53,40 +49,71 @@ def _hand_off(deployment: str, export_dir: str) -> str:
 def run_all_stages(config: PipelineConfig, stop_after: str | None = None) -> list[dict[str, Any]]:
     order = pipeline_order(config)
     if stop_after and stop_after not in order:
-        raise ValueError(f"stop_after={stop_after!r} is not a stage; stages: {', '.join(order)}")
+        raise ParameterError(f"stop_after={stop_after!r} is not a stage; stages: {', '.join(order)}")
     summaries = []
-    for stage_name in order:
-        summaries.append(run_stage_with_runner(stage_name, config))
-        if stage_name == stop_after:
-            break
+    try:
+        for stage_name in order:
+            summaries.append(run_stage_with_runner(stage_name, config))
+            if stage_name == stop_after:
+                break
+    finally:  # the funnel so far, also when a stage failed: what got through, and where it stopped
+        if summaries:
+            publish_funnel(config.run_dir, summaries)
     return summaries
 
 
-@flow(name="build-dataset", log_prints=True, validate_parameters=True)
-def build_dataset(params: BuildParameters) -> dict[str, Any]:
-    """Build the Lenses dataset: ingest, dedupe, filter, split, generate, rule checks, validation, export."""
-    config = params.load()
-    with run_lock(config):
-        return _build(params, _prepare_sources(config, params.sample))
+@flow(
+    name="build-dataset",
+    log_prints=True,
+    validate_parameters=True,
+    flow_run_name=run_name_from_parameters("build"),
+)
+def build_dataset(
+    config_path: str | None = None,
+    run_dir: str | None = None,
+    sample: bool = False,
+    simulate: bool = False,
+    stop_after: StageName | None = None,
+    train_deployment: str | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> Any:
+    """Build the Lenses dataset: ingest, dedupe, filter, split, generate, rule checks, validation, export.
+
+    Args:
+        config_path: YAML config file on the worker (e.g. configs/production.yaml); empty: built-in defaults.
+        run_dir: Run directory; overrides the config's run_dir. A rerun on the same directory resumes.
+        sample: Build the bundled sample pool into <run_dir>/sample and use it as the only source.
+        simulate: Answer every model call with the built-in simulator (dry run, outputs marked simulated).
+        stop_after: Stop after this stage (e.g. dedupe); empty: run every stage.
+        train_deployment: After export, start this deployment (e.g. train-retriever/h200x8).
+        overrides: Config fields merged over the file, nested as in the YAML, e.g. {"shard_size": 500}.
+    """
+
+    def body() -> dict[str, Any]:
+        config = load_run_config(config_path, run_dir, overrides)
+        with run_lock(config):
+            return _build(_prepare_sources(config, sample), simulate, stop_after, train_deployment)
+
+    with lenses_logs_to_run():
+        return run_explained(body)
 
 
-def _build(params: BuildParameters, config: PipelineConfig) -> dict[str, Any]:
+def _build(
+    config: PipelineConfig, simulate: bool, stop_after: str | None, train_deployment: str | None
+) -> dict[str, Any]:
     logger = get_run_logger()
-    if params.simulate:
+    if simulate:
         from lenses_data.models.dryrun import simulated_models
 
         with simulated_models(config) as simulated_config:
             logger.warning("SIMULATED RUN: every model answer comes from the built-in simulator")
-            summaries = run_all_stages(simulated_config, params.stop_after)
+            summaries = run_all_stages(simulated_config, stop_after)
     else:
-        summaries = run_all_stages(config, params.stop_after)
-    create_markdown_artifact(
-        key="build-dataset-funnel", markdown=funnel_markdown(summaries), description="Lenses build funnel"
-    )
-    result: dict[str, Any] = {"run_dir": config.run_dir, "stages": summaries, "simulated": params.simulate}
+        summaries = run_all_stages(config, stop_after)
+    result: dict[str, Any] = {"run_dir": config.run_dir, "stages": summaries, "simulated": simulate}
     export_dir = str(Path(config.run_dir) / "export")
-    deployment = params.train_deployment or config.orchestration.train_deployment
-    if deployment and params.stop_after in (None, "export"):
+    deployment = train_deployment or config.orchestration.train_deployment
+    if deployment and stop_after in (None, "export"):
         result["train_flow_run"] = _hand_off(deployment, export_dir)
         logger.info("handed off to %s (flow run %s)", deployment, result["train_flow_run"])
     return result

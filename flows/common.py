@@ -1,4 +1,4 @@
-"""Shared pieces of the Prefect flows: parameters, the run-directory lock, task runners, artifacts.
+"""Shared pieces of the Prefect flows: parameters, run names, the run-directory lock, task runners.
 
 Flows stay thin: they map `lenses_data` stages over shards, set retries and cache policies and
 publish what happened. No stage logic lives here.
@@ -7,33 +7,71 @@ publish what happened. No stage logic lives here.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import hashlib
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
-
-from pydantic import BaseModel, Field
 
 from lenses_data.config import PipelineConfig, config_from_dict, deep_merge, load_config
 from lenses_data.runlock import run_directory_lock
 
 
-class RunParameters(BaseModel):
-    """What a user sets when starting a run from the Prefect UI, the CLI or CI."""
+def load_run_config(
+    config_path: str | None = None, run_dir: str | None = None, overrides: dict[str, Any] | None = None
+) -> PipelineConfig:
+    """The config of a run from the flat flow parameters: file, then `overrides`, then `run_dir`."""
+    base = load_config(config_path).model_dump(mode="json")
+    merged = deep_merge(base, overrides or {})
+    if run_dir:
+        merged["run_dir"] = run_dir
+    return config_from_dict(merged, origin=config_path or "<defaults>")
 
-    config_path: str | None = Field(
-        None, description="YAML config file on the worker (e.g. configs/production.yaml); empty: defaults"
-    )
-    run_dir: str | None = Field(None, description="Run directory; overrides the config's run_dir")
-    overrides: dict[str, Any] = Field(
-        default_factory=dict,
-        description='Nested settings merged over the config file, e.g. {"shard_size": 500}',
-    )
 
-    def load(self) -> PipelineConfig:
-        base = load_config(self.config_path).model_dump(mode="json")
-        merged = deep_merge(base, self.overrides)
-        if self.run_dir:
-            merged["run_dir"] = self.run_dir
-        return config_from_dict(merged, origin=self.config_path or "<defaults>")
+def run_label(run_dir: str | os.PathLike[str]) -> str:
+    """A short, stable name for a run directory: its last part (the part people recognise)."""
+    name = Path(run_dir).expanduser().resolve().name or "root"
+    return artifact_key(name) or "run"
+
+
+def run_slug(run_dir: str | os.PathLike[str]) -> str:
+    """Artifact-key prefix of a run directory: its name plus a hash of the full path.
+
+    Two datasets never share history, even when both directories are called `nightly`.
+    """
+    full = str(Path(run_dir).expanduser().resolve())
+    return f"{run_label(run_dir)}-{hashlib.sha1(full.encode()).hexdigest()[:8]}"
+
+
+def pipeline_run_dir(params: dict[str, Any]) -> str:
+    """The run directory a pipeline flow's parameters point at (its `run_dir`, else the config's)."""
+    if params.get("run_dir"):
+        return str(params["run_dir"])
+    try:  # a broken config fails the run itself, with its own message; a name never does
+        return load_run_config(params.get("config_path"), None, params.get("overrides")).run_dir
+    except Exception:  # noqa: BLE001
+        return Path(str(params.get("config_path") or "defaults")).stem
+
+
+def export_run_dir(params: dict[str, Any]) -> str:
+    """Training and evaluation runs are named after the build whose export they read (RUN/export)."""
+    export = params.get("export_dir")
+    if export:
+        return str(Path(str(export)).parent)
+    return str(params.get("out_dir") or params.get("config_path") or "run")
+
+
+def run_name_from_parameters(
+    suffix: str, directory: Callable[[dict[str, Any]], str] = pipeline_run_dir
+) -> Callable[[], str]:
+    """A `flow_run_name` callable: `<run directory name>-<suffix>`, from the run's parameters."""
+
+    def name() -> str:
+        from prefect.runtime import flow_run
+
+        return f"{run_label(directory(dict(flow_run.parameters or {})))}-{suffix}"
+
+    return name
 
 
 @contextlib.contextmanager
@@ -67,33 +105,6 @@ def make_task_runner(config: PipelineConfig):
     from prefect.task_runners import ThreadPoolTaskRunner
 
     return ThreadPoolTaskRunner(max_workers=settings.max_workers)
-
-
-def summary_markdown(summary: dict[str, Any]) -> str:
-    """A stage summary as a markdown table for the Prefect UI."""
-    lines = [
-        f"### Stage `{summary.get('stage', '?')}`",
-        "",
-        "| records in | records out | rejected | shards | shards skipped (already done) |",
-        "|---:|---:|---:|---:|---:|",
-        f"| {summary.get('records_in', 0)} | {summary.get('records_out', 0)} | {summary.get('rejected', 0)} "
-        f"| {summary.get('shards', 0)} | {summary.get('shards_skipped', 0)} |",
-    ]
-    reasons = summary.get("reasons") or {}
-    if reasons:
-        lines += ["", "| rejection reason | count |", "|---|---:|"]
-        lines += [f"| {reason} | {count} |" for reason, count in sorted(reasons.items())]
-    return "\n".join(lines)
-
-
-def funnel_markdown(summaries: list[dict[str, Any]]) -> str:
-    lines = ["## Lenses build funnel", "", "| stage | in | out | rejected |", "|---|---:|---:|---:|"]
-    for item in summaries:
-        lines.append(
-            f"| {item.get('stage')} | {item.get('records_in', 0)} | {item.get('records_out', 0)} "
-            f"| {item.get('rejected', 0)} |"
-        )
-    return "\n".join(lines)
 
 
 def artifact_key(text: str) -> str:

@@ -6,44 +6,59 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
-from pydantic import BaseModel, Field
+
+from flows.common import export_run_dir, run_name_from_parameters
+from flows.failures import run_explained
+from flows.runlogs import lenses_logs_to_run
 
 
-class EvaluateParameters(BaseModel):
-    """Parameters of `evaluate-retriever` as shown in the Prefect UI."""
+@flow(
+    name="evaluate-retriever",
+    log_prints=True,
+    validate_parameters=True,
+    flow_run_name=run_name_from_parameters("evaluate", export_run_dir),
+)
+def evaluate_retriever(
+    config_path: str = "eval-tiny",
+    export_dir: str | None = None,
+    encodings_dir: str | None = None,
+    out_dir: str | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> Any:
+    """Evaluate the lens-slot retriever and its baselines on one split; publish the tables.
 
-    config_path: str = Field(
-        "eval-tiny", description="EvalConfig YAML on the worker, or a name in training/configs/"
-    )
-    export_dir: str | None = Field(None, description="`lenses export` folder; overrides the config")
-    encodings_dir: str | None = Field(
-        None, description="`lenses encode` folder of the lens model; overrides the config"
-    )
-    out_dir: str | None = Field(None, description="Where metrics.json, report.md and routing.png go")
-    overrides: dict[str, Any] = Field(
-        default_factory=dict, description="Nested EvalConfig fields to override"
-    )
+    Args:
+        config_path: EvalConfig YAML on the worker, or a name in training/configs/.
+        export_dir: `lenses export` folder; overrides the config.
+        encodings_dir: `lenses encode` folder of the lens model; overrides the config.
+        out_dir: Where metrics.json, report.md and routing.png go.
+        overrides: Nested EvalConfig fields to override.
+    """
 
+    def body() -> dict[str, Any]:
+        from training.eval_config import load_eval_config
+        from training.evaluate import run_evaluation, summary_lines
+        from training.reports import render_markdown
 
-@flow(name="evaluate-retriever", log_prints=True, validate_parameters=True)
-def evaluate_retriever(params: EvaluateParameters) -> dict[str, Any]:
-    """Evaluate the lens-slot retriever and its baselines on one split; publish the tables."""
-    from training.eval_config import load_eval_config
-    from training.evaluate import run_evaluation, summary_lines
-    from training.reports import render_markdown
+        logger = get_run_logger()
+        merged = dict(overrides or {})
+        for key, value in (
+            ("export_dir", export_dir),
+            ("encodings_dir", encodings_dir),
+            ("out_dir", out_dir),
+        ):
+            if value is not None:
+                merged[key] = value
+        cfg = load_eval_config(config_path, merged)
+        results, paths = run_evaluation(cfg)
+        for line in summary_lines(results):
+            logger.info(line)
+        create_markdown_artifact(
+            key="evaluate-retriever-report",
+            markdown=render_markdown(results),
+            description="Lenses evaluation tables",
+        )
+        return {"out_dir": cfg.out_dir, "files": {k: str(v) for k, v in paths.items()}}
 
-    logger = get_run_logger()
-    overrides = dict(params.overrides)
-    for key in ("export_dir", "encodings_dir", "out_dir"):
-        if getattr(params, key) is not None:
-            overrides[key] = getattr(params, key)
-    cfg = load_eval_config(params.config_path, overrides)
-    results, paths = run_evaluation(cfg)
-    for line in summary_lines(results):
-        logger.info(line)
-    create_markdown_artifact(
-        key="evaluate-retriever-report",
-        markdown=render_markdown(results),
-        description="Lenses evaluation tables",
-    )
-    return {"out_dir": cfg.out_dir, "files": {k: str(v) for k, v in paths.items()}}
+    with lenses_logs_to_run():
+        return run_explained(body)

@@ -2,8 +2,9 @@
 
 A build is one flow run, its one coordinator: the task runner (threads, or a Dask/Ray cluster)
 hands each shard task to one worker. The outputs on disk decide what is done: a shard whose files
-exist is skipped by the stage itself, and a deleted file is rebuilt. Shard tasks therefore use no
-Prefect cache: a cached result could stand in for a file that no longer exists.
+exist is skipped by the stage itself (its task ends in a Completed state named "Skipped"), and a
+deleted file is rebuilt. Shard tasks therefore use no Prefect cache: a cached result could stand
+in for a file that no longer exists. Only transient errors are retried (`flows.failures`).
 """
 
 from __future__ import annotations
@@ -12,10 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger, task, unmapped
-from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.futures import as_completed
+from prefect.states import Completed, Failed
 
-from flows.common import RunParameters, artifact_key, make_task_runner, run_lock, summary_markdown
+from flows.common import load_run_config, make_task_runner, run_label, run_lock, run_name_from_parameters
+from flows.failures import explain, mark_stage, retry_transient, run_explained
+from flows.reporting import in_flow_run, publish_stage_table, start_progress, update_progress
+from flows.runlogs import lenses_logs_to_run
 from lenses_data.config import PipelineConfig
 from lenses_data.stages.base import ShardStats, log_simulated, summarize
 from lenses_data.stages.registry import build_stage, open_stage
@@ -25,16 +30,23 @@ from lenses_data.stages.registry import build_stage, open_stage
     retries=2,
     retry_delay_seconds=[2, 10],
     retry_jitter_factor=0.5,
+    retry_condition_fn=retry_transient,
     cache_policy=NO_CACHE,
     persist_result=False,
     task_run_name="{stage_name}-shard-{shard:05d}",
 )
-def process_shard_task(stage_name: str, shard: int, config: PipelineConfig) -> dict[str, Any]:
+def process_shard_task(stage_name: str, shard: int, config: PipelineConfig) -> Any:
     with open_stage(stage_name, config) as stage:
-        return stage.process_shard(Path(config.run_dir), shard).to_dict()
+        stats = stage.process_shard(Path(config.run_dir), shard)
+    if stats.skipped:  # outputs already on disk: say so in the UI instead of a plain "Completed"
+        return Completed(name="Skipped", message="outputs already on disk", data=stats.to_dict())
+    return stats.to_dict()
 
 
-@task(retries=1, cache_policy=None, persist_result=False, task_run_name="{stage_name}-finish")
+@task(
+    retries=1, retry_condition_fn=retry_transient, cache_policy=None, persist_result=False,
+    task_run_name="{stage_name}-finish",
+)  # fmt: skip
 def finish_stage_task(
     stage_name: str, config: PipelineConfig, results: list[dict[str, Any]]
 ) -> dict[str, Any]:
@@ -45,13 +57,16 @@ def finish_stage_task(
     return {**summarize(stage_name, stats), **stage.finish(run, [s.shard for s in stats], stats)}
 
 
-@task(retries=1, cache_policy=None, persist_result=False, task_run_name="{stage_name}-list-shards")
+@task(
+    retries=1, retry_condition_fn=retry_transient, cache_policy=None, persist_result=False,
+    task_run_name="{stage_name}-list-shards",
+)  # fmt: skip
 def list_shards_task(stage_name: str, config: PipelineConfig) -> list[int]:
     return build_stage(stage_name, config, with_client=False).input_shards(Path(config.run_dir))
 
 
-def run_stage(stage_name: str, config: PipelineConfig) -> dict[str, Any]:
-    """Map one stage over its shards inside the current flow; publish its summary as an artifact."""
+def run_stage(stage_name: str, config: PipelineConfig, progress_id: str | None = None) -> dict[str, Any]:
+    """Map one stage over its shards inside the current flow; returns the stage summary."""
     logger = get_run_logger()
     shards = list_shards_task(stage_name, config)
     logger.info("stage %s: %d shard(s)", stage_name, len(shards))
@@ -60,47 +75,85 @@ def run_stage(stage_name: str, config: PipelineConfig) -> dict[str, Any]:
         retries=settings.task_retries, retry_delay_seconds=settings.retry_delay_s
     )
     futures = shard_task.map(unmapped(stage_name), shards, unmapped(config))
-    results = [future.result() for future in futures]
+    results = []
+    for future in as_completed(futures):  # progress moves as shards finish, in any order
+        results.append(future.result())
+        update_progress(progress_id, stage_name, len(results), len(shards))
+    results.sort(key=lambda r: r["shard"])
     summary = finish_stage_task(stage_name, config, results)
-    log_simulated(summarize(stage_name, [ShardStats(**r) for r in results]), logger)
-    create_markdown_artifact(
-        key=artifact_key(f"stage-{stage_name}"),
-        markdown=summary_markdown(summary),
-        description=f"Lenses stage {stage_name}: counts and rejection reasons",
-    )
     logger.info(
-        "stage %s: in=%s out=%s rejected=%s",
+        "stage %s: in=%s out=%s rejected=%s, shards %d (%d skipped, already done)",
         stage_name,
         summary.get("records_in"),
         summary.get("records_out"),
         summary.get("rejected"),
+        summary.get("shards", 0),
+        summary.get("shards_skipped", 0),
     )
     return summary
 
 
 @flow(name="stage-shards", log_prints=True)
-def stage_shards_flow(stage_name: str, config: PipelineConfig) -> dict[str, Any]:
-    """Subflow that owns the task runner chosen by the config (thread, Dask or Ray)."""
-    return run_stage(stage_name, config)
+def stage_shards_flow(stage_name: str, config: PipelineConfig, progress_id: str | None = None) -> Any:
+    """Subflow that owns the task runner chosen by the config (thread, Dask or Ray).
+
+    A failure is returned as a Failed state, not raised, so this run does not log a second
+    traceback; the caller gets the original exception back.
+    """
+    try:
+        return run_stage(stage_name, config, progress_id)
+    except Exception as error:
+        mark_stage(error, stage_name)
+        return Failed(message=explain(error), data=error)
 
 
 def run_stage_with_runner(stage_name: str, config: PipelineConfig) -> dict[str, Any]:
+    """Run one stage in its subflow; its table, banner and progress go on the calling flow run."""
     runner = make_task_runner(config)
-    configured = stage_shards_flow.with_options(flow_run_name=f"{stage_name}-shards", task_runner=runner)
-    return configured(stage_name, config)
+    progress = start_progress(config.run_dir, stage_name)
+    configured = stage_shards_flow.with_options(
+        flow_run_name=f"{run_label(config.run_dir)}-{stage_name}-shards", task_runner=runner
+    )
+    summary = configured(stage_name, config, str(progress) if progress else None)
+    publish_stage_table(config.run_dir, summary)
+    if in_flow_run():  # one banner per stage, on the run a user opened
+        log_simulated(summary, get_run_logger())
+    else:
+        log_simulated(summary)
+    return summary
+
+
+STAGE_FLOW_DOC = """Run the `{stage}` stage of the Lenses pipeline over every shard of a run.
+
+    Args:
+        config_path: YAML config file on the worker (e.g. configs/production.yaml); empty: built-in defaults.
+        run_dir: Run directory; overrides the config's run_dir.
+        overrides: Config fields merged over the file, nested as in the YAML, e.g. {{"shard_size": 500}}.
+    """
 
 
 def _stage_flow(stage_name: str):
     flow_name = stage_name.replace("_", "-")
 
-    def stage_flow(params: RunParameters) -> dict[str, Any]:
-        config = params.load()
-        with run_lock(config):
-            return run_stage_with_runner(stage_name, config)
+    def stage_flow(
+        config_path: str | None = None, run_dir: str | None = None, overrides: dict[str, Any] | None = None
+    ) -> Any:
+        def body() -> dict[str, Any]:
+            config = load_run_config(config_path, run_dir, overrides)
+            with run_lock(config):
+                return run_stage_with_runner(stage_name, config)
+
+        with lenses_logs_to_run():
+            return run_explained(body)
 
     stage_flow.__name__ = f"{stage_name}_flow"
-    stage_flow.__doc__ = f"Run the `{stage_name}` stage of the Lenses pipeline over every shard of a run."
-    return flow(name=flow_name, log_prints=True, validate_parameters=True)(stage_flow)
+    stage_flow.__doc__ = STAGE_FLOW_DOC.format(stage=stage_name)
+    return flow(
+        name=flow_name,
+        log_prints=True,
+        validate_parameters=True,
+        flow_run_name=run_name_from_parameters(stage_name.replace("_", "-")),
+    )(stage_flow)
 
 
 ingest_flow = _stage_flow("ingest")

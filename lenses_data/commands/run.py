@@ -48,22 +48,23 @@ def _default_sample_config() -> str | None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from flows.build import BuildParameters, build_dataset
+    from flows.build import build_dataset
+    from flows.common import load_run_config
     from lenses_data.commands.annotate import MODEL_SERVICE_EXIT
     from lenses_data.models.types import ModelServiceError
     from lenses_data.runlock import RunDirectoryInUse, ensure_run_directory_free
 
     config_path = args.config or (_default_sample_config() if args.sample else None)
-    params = BuildParameters(
-        config_path=config_path,
-        run_dir=args.run_dir,
-        sample=args.sample,
-        simulate=args.sample or args.simulate,
-        stop_after=args.stop_after,
-    )
+    params = {
+        "config_path": config_path,
+        "run_dir": args.run_dir,
+        "sample": args.sample,
+        "simulate": args.sample or args.simulate,
+        "stop_after": args.stop_after,
+    }
     try:
-        ensure_run_directory_free(params.load().run_dir)
-        result = build_dataset(params)
+        ensure_run_directory_free(load_run_config(config_path, args.run_dir).run_dir)
+        result = build_dataset(**params)
     except RunDirectoryInUse as error:
         print(f"error: {error}", file=sys.stderr)
         return 3

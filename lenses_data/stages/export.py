@@ -139,21 +139,48 @@ def final_images(run: Path, texts: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
 
 
 def stage_counts(run: Path) -> list[StageCount]:
+    """Records in/out/rejected per stage, the same numbers as the build's funnel.
+
+    Shard-mapped stages record them in their success marker. Ingest, dedupe and split write
+    their own summaries there instead, so their counts come from their Parquet files: out = rows
+    (dedupe: the rows it kept), rejected = rows of its rejection files, in = out + rejected.
+    """
     counts = []
     for stage in COUNTED_STAGES:
         marker = io.read_marker(run, stage)
         if marker is None:
             continue
         stats = marker.get("stats", {})
+        if "records_in" in stats:
+            records_in, records_out = _as_count(stats.get("records_in")), _as_count(stats.get("records_out"))
+            rejected = _as_count(stats.get("rejected"))
+        else:
+            records_out, rejected = _rows_kept(run, stage, marker["shards"]), _rows_rejected(run, stage)
+            records_in = records_out + rejected
         counts.append(
-            StageCount(
-                stage=stage,
-                records_in=_as_count(stats.get("records_in")),
-                records_out=_as_count(stats.get("records_out")),
-                rejected=_as_count(stats.get("rejected")),
-            )
+            StageCount(stage=stage, records_in=records_in, records_out=records_out, rejected=rejected)
         )
     return counts
+
+
+def _rows_kept(run: Path, stage: str, shards: list[str]) -> int:
+    import pyarrow.parquet as pq
+
+    total = 0
+    for name in shards:
+        path = io.stage_dir(run, stage) / name
+        if "kept" in pq.read_schema(path).names:  # dedupe keeps every image, flagged kept or not
+            total += int(pq.read_table(path, columns=["kept"]).column("kept").to_pandas().sum())
+        else:
+            total += pq.read_metadata(path).num_rows
+    return total
+
+
+def _rows_rejected(run: Path, stage: str) -> int:
+    import pyarrow.parquet as pq
+
+    paths = sorted(io.rejection_path(run, stage, 0).parent.glob(f"{stage}-part-*.parquet"))
+    return sum(pq.read_metadata(path).num_rows for path in paths)
 
 
 def _as_count(value: Any) -> int:

@@ -1,11 +1,17 @@
-"""Shard tasks are not cached; the run parameters and markdown of the flows."""
+"""Shard tasks are not cached; flat run parameters; which errors are retried; the UI markdown."""
 
 from __future__ import annotations
 
+import typing
+
 import pytest
 
-from flows.common import RunParameters, artifact_key, funnel_markdown, summary_markdown
+from flows.common import artifact_key, load_run_config, run_slug
+from flows.failures import ParameterError, explain, is_transient, mark_stage, needs_traceback
+from flows.reporting import funnel_markdown, stage_key, summary_markdown
 from lenses_data.config import ConfigError
+from lenses_data.models.types import CapabilityMissing, EndpointUnavailable
+from lenses_data.runlock import RunDirectoryInUse
 
 
 def test_shard_tasks_use_no_prefect_cache():
@@ -18,35 +24,94 @@ def test_shard_tasks_use_no_prefect_cache():
     assert process_shard_task.persist_result is False
 
 
-def test_run_parameters_merge_overrides_and_run_dir(tmp_path):
+def test_run_config_merges_overrides_and_run_dir(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("shard_size: 10\ndedupe:\n  hamming_radius: 4\n")
-    params = RunParameters(
-        config_path=str(cfg), run_dir=str(tmp_path / "r"), overrides={"dedupe": {"hamming_radius": 6}}
-    )
-    config = params.load()
+    config = load_run_config(str(cfg), str(tmp_path / "r"), {"dedupe": {"hamming_radius": 6}})
     assert config.shard_size == 10
     assert config.dedupe.hamming_radius == 6
     assert config.run_dir == str(tmp_path / "r")
 
 
-def test_run_parameters_reject_unknown_override(tmp_path):
+def test_run_config_rejects_unknown_override():
     with pytest.raises(ConfigError, match="shard_sise"):
-        RunParameters(overrides={"shard_sise": 3}).load()
+        load_run_config(overrides={"shard_sise": 3})
 
 
-def test_markdown_tables_show_counts_and_reasons():
+def test_flow_parameters_are_flat_typed_and_described():
+    """One UI field per parameter, each with a description; stop_after accepts stage names only."""
+    from prefect.utilities.callables import parameter_schema
+
+    from flows.build import StageName, build_dataset
+    from flows.stages import ingest_flow
+    from flows.train import train_retriever
+    from lenses_data.stages.registry import STAGES
+
+    assert set(typing.get_args(StageName)) == set(STAGES)
+    for flow, expected in (
+        (build_dataset, {"config_path", "run_dir", "sample", "simulate", "stop_after", "overrides"}),
+        (ingest_flow, {"config_path", "run_dir", "overrides"}),
+        (train_retriever, {"config_path", "export_dir", "out_dir", "max_steps", "overrides"}),
+    ):
+        properties = parameter_schema(flow).model_dump()["properties"]
+        assert expected <= set(properties), flow.name
+        assert all(p.get("description") for p in properties.values()), flow.name
+    stop_after = parameter_schema(build_dataset).model_dump()["properties"]["stop_after"]
+    assert stop_after["anyOf"][0]["enum"][0] == "ingest"
+
+
+@pytest.mark.parametrize(
+    ("error", "transient"),
+    [
+        (ConfigError("config file not found: x.yaml"), False),
+        (ValueError("no sources: pass --source"), False),
+        (RunDirectoryInUse("runs/x", None), False),
+        (CapabilityMissing("no image input", role="filter"), False),
+        (FileNotFoundError("gone"), False),
+        (EndpointUnavailable("filter endpoint down", role="filter"), True),
+        (ConnectionError("reset"), True),
+        (RuntimeError("worker crashed"), True),
+    ],
+)
+def test_only_transient_errors_are_retried(error, transient):
+    assert is_transient(error) is transient
+
+
+def test_failure_line_names_stage_kind_and_problem():
+    error = mark_stage(
+        EndpointUnavailable("http://gpu-3:8000/v1 refused 12 requests", role="filter"), "filter"
+    )
+    line = explain(error)
+    assert line.startswith("stage filter: model endpoint unavailable")
+    assert "gpu-3:8000" in line and "\n" not in line
+    assert not needs_traceback(error)
+    assert (
+        explain(ConfigError("config file not found: nope.yaml"))
+        == "config error: config file not found: nope.yaml"
+    )
+    assert explain(ParameterError("stop_after='dedup' is not a stage")).startswith("parameter error: ")
+    assert needs_traceback(KeyError("image_id"))  # a bug raised in the flow itself: its one traceback
+
+
+def test_markdown_tables_show_counts_shards_and_reasons():
     summary = {
         "stage": "ingest",
         "records_in": 5,
         "records_out": 3,
         "rejected": 2,
-        "shards": 1,
-        "shards_skipped": 0,
+        "shards": 4,
+        "shards_skipped": 1,
         "reasons": {"truncated_image": 1, "zero_bytes": 1},
     }
     text = summary_markdown(summary)
-    assert "| 5 | 3 | 2 | 1 | 0 |" in text
+    assert "| 5 | 3 | 2 | 4 | 3 | 1 |" in text
     assert "| truncated_image | 1 |" in text
-    assert "| ingest | 5 | 3 | 2 |" in funnel_markdown([summary])
+    assert "| ingest | 5 | 3 | 2 | 4 | 1 |" in funnel_markdown([summary])
     assert artifact_key("stage-visual_validate") == "stage-visual-validate"
+
+
+def test_artifact_keys_are_per_run_directory(tmp_path):
+    a, b = tmp_path / "a" / "nightly", tmp_path / "b" / "nightly"
+    assert run_slug(a).startswith("nightly-") and run_slug(a) != run_slug(b)
+    assert stage_key(str(a), "visual_validate") == f"{run_slug(a)}-stage-visual-validate"
+    assert artifact_key(stage_key(str(a), "visual_validate")) == stage_key(str(a), "visual_validate")

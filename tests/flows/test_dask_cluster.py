@@ -70,9 +70,9 @@ def _config(path: Path, run: Path, sources: list[str], url: str, orchestration: 
 
 
 def _build(config_path: str) -> dict:
-    from flows.build import BuildParameters, build_dataset
+    from flows.build import build_dataset
 
-    return build_dataset(BuildParameters(config_path=config_path))
+    return build_dataset(config_path=config_path)
 
 
 def _dataset(run: Path) -> dict[str, pd.DataFrame]:

@@ -233,17 +233,16 @@ def test_read_encodings_aligns_with_export(tiny_export, tmp_path):
 def test_evaluate_retriever_flow(eval_prefect_harness, tiny_export, tmp_path):
     import yaml
 
-    from flows.evaluate import EvaluateParameters, evaluate_retriever
+    from flows.evaluate import evaluate_retriever
 
     write_fake_encodings(tiny_export, "valid", tmp_path / "enc")
     cfg = tmp_path / "eval.yaml"
     cfg.write_text(
         yaml.safe_dump({"export_dir": str(tiny_export), "split": "valid", "baselines": {"text_only": False}})
     )
-    params = EvaluateParameters(
+    result = evaluate_retriever(
         config_path=str(cfg), encodings_dir=str(tmp_path / "enc"), out_dir=str(tmp_path / "o")
     )
-    result = evaluate_retriever(params)
     assert set(result["files"]) == {"metrics", "report", "routing"}
     data = json.loads((tmp_path / "o" / "metrics.json").read_text())
     assert data["meta"]["lens_model"]["encodings_dir"] == str(tmp_path / "enc")

@@ -162,11 +162,10 @@ def test_cli_train_then_encode_is_chunked_and_resumable(tiny_export, tmp_path, c
 
 
 def test_prefect_flow_is_a_thin_typed_wrapper(eval_prefect_harness, tiny_export, tmp_path):
-    from flows.train import TrainParameters, train_retriever
+    from flows.train import train_retriever
 
-    params = TrainParameters(config_path="tiny", export_dir=str(tiny_export), out_dir=str(tmp_path / "run"), max_steps=1,
-                             overrides={"loss": {"mode": "global"}})  # fmt: skip
-    out = train_retriever(params)  # a real flow run against the temporary Prefect API
+    out = train_retriever(config_path="tiny", export_dir=str(tiny_export), out_dir=str(tmp_path / "run"), max_steps=1,
+                          overrides={"loss": {"mode": "global"}})  # a real flow run against the temporary Prefect API  # fmt: skip
     assert out["final_step"] == 1 and out["checkpoint"].endswith("step-0000001") and "ret" in out["last"]
 
 

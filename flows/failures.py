@@ -1,0 +1,127 @@
+"""Failures that explain themselves: which errors are retried, and the one line a failed run shows.
+
+A config or parameter error is the same on every attempt, so it is never retried and fails the
+run at once with one line that names the problem (no traceback: the line is the whole story).
+Transient errors (an endpoint down after the client's own retries, a dropped connection, an
+unexplained crash) keep the task retries of `orchestration.task_retries`. The flow turns any
+error into a Failed state whose message is that line, so the UI, `prefect flow-run inspect` and
+the log stream of `prefect deployment run --watch` all show it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from lenses_data.config import ConfigError
+from lenses_data.models.types import CapabilityMissing, EndpointUnavailable, ModelServiceError
+from lenses_data.runlock import RunDirectoryInUse
+
+T = TypeVar("T")
+
+# The same on every attempt: retrying only delays the error (and repeats its traceback).
+PERMANENT: tuple[type[BaseException], ...] = (
+    ConfigError,
+    RunDirectoryInUse,
+    CapabilityMissing,
+    ValueError,  # also pydantic's ValidationError and the stages' "no sources"
+    TypeError,
+    LookupError,
+    AttributeError,
+    NotImplementedError,
+    ImportError,
+    FileNotFoundError,
+    PermissionError,
+    IsADirectoryError,
+    NotADirectoryError,
+)
+# Expected operational failures: the line says everything, a traceback would only add noise.
+CLEAN: tuple[type[BaseException], ...] = (ConfigError, RunDirectoryInUse, ModelServiceError)
+STAGE_NOTE = "lenses stage: "
+
+
+class ParameterError(ValueError):
+    """A flow parameter that cannot work (e.g. a stop_after that is not a stage)."""
+
+
+def is_transient(error: BaseException) -> bool:
+    """True when another attempt may succeed. Unknown errors count as transient (a crash, an OOM kill)."""
+    if isinstance(error, EndpointUnavailable):  # down after the client's retries; may come back
+        return True
+    return not isinstance(error, PERMANENT)
+
+
+def retry_transient(task: Any, task_run: Any, state: Any) -> bool:
+    """`retry_condition_fn` of the shard tasks: retry transient errors only."""
+    error = state.data if isinstance(state.data, BaseException) else None
+    if error is None:
+        try:
+            state.result(raise_on_failure=True)
+        except BaseException as raised:  # noqa: BLE001 - any stored exception is what we classify
+            error = raised
+    if error is None or is_transient(error):
+        return True
+    if not isinstance(error, CLEAN):  # a bug or a data problem: its one traceback, logged here
+        from prefect import get_run_logger
+
+        get_run_logger().error("not retried (the same on every attempt): %s", explain(error), exc_info=error)
+    return False
+
+
+def mark_stage(error: BaseException, stage: str) -> BaseException:
+    """Record which stage failed; the task that raised it has already logged what Prefect logs."""
+    if stage_of(error) is None:
+        error.add_note(f"{STAGE_NOTE}{stage}")
+    return error
+
+
+def stage_of(error: BaseException) -> str | None:
+    for note in getattr(error, "__notes__", ()):
+        if note.startswith(STAGE_NOTE):
+            return note[len(STAGE_NOTE) :]
+    return None
+
+
+def _kind(error: BaseException) -> str:
+    if isinstance(error, ConfigError):
+        return "config error"
+    if isinstance(error, ParameterError):
+        return "parameter error"
+    if isinstance(error, RunDirectoryInUse):
+        return "run directory busy"
+    if isinstance(error, EndpointUnavailable):
+        return "model endpoint unavailable (transient: a rerun resumes, answered calls are journaled)"
+    if isinstance(error, ModelServiceError):
+        return "model endpoint cannot do the work"
+    return type(error).__name__
+
+
+def explain(error: BaseException) -> str:
+    """One line: where (stage), what kind, and the error's own first line."""
+    text = str(error).strip().splitlines()
+    detail = text[0] if text else repr(error)
+    stage = stage_of(error)
+    where = f"stage {stage}: " if stage else ""
+    return f"{where}{_kind(error)}: {detail}"
+
+
+def needs_traceback(error: BaseException) -> bool:
+    """A traceback is logged once: not for clean errors, not again for one a task already logged."""
+    return not isinstance(error, CLEAN) and stage_of(error) is None
+
+
+def run_explained(body: Callable[[], T]) -> Any:
+    """Run a flow body; an error ends the run Failed with its one-line explanation as message.
+
+    The line is the flow's first error log line. The exception stays the state's data, so a
+    caller of the flow (e.g. `lenses run`) still gets the original exception raised.
+    """
+    from prefect import get_run_logger
+    from prefect.states import Failed
+
+    try:
+        return body()
+    except Exception as error:
+        line = explain(error)
+        get_run_logger().error(line, exc_info=error if needs_traceback(error) else None)
+        return Failed(message=line, data=error)
