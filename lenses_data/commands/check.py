@@ -33,14 +33,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def format_table(reports: list) -> str:
     """Role, endpoint, capability, status and detail, aligned."""
-    rows = [("role", "endpoint", "capability", "status", "detail")]
+    rows = [("role", "endpoint", "capability", "status", "detail")]  # details on one line each
     for report in reports:
         for check in report.checks:
-            rows.append((report.role, ", ".join(report.urls), check.capability, check.status, check.detail))
+            detail = " ".join(check.detail.split())
+            rows.append((report.role, ", ".join(report.urls), check.capability, check.status, detail))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths, strict=True)) + "  " + row[4]
              for row in rows]  # fmt: skip
     return "\n".join(line.rstrip() for line in lines)
+
+
+def usage(report) -> str:
+    """How the pipeline will talk to a usable role, for the capabilities it was checked for."""
+    checked = {c.capability for c in report.checks}
+    parts = []
+    if "json" in checked:
+        parts.append(f"JSON via {report.json_mode}")
+    if "choice" in checked:
+        parts.append(
+            f"choice via {report.choice_style}" + (", tolerant parsing" if report.tolerant_choice else "")
+        )
+    if "image" in checked:
+        parts.append("images accepted")
+    return "; ".join(parts) or "model served"
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -60,9 +76,7 @@ def handle(args: argparse.Namespace) -> int:
     failed = [r for r in reports if not r.ok]
     for report in reports:
         if report.ok:
-            print(
-                f"{report.role}: usable (JSON mode {report.json_mode}, choice {report.choice_style or '-'})"
-            )
+            print(f"{report.role}: usable ({usage(report)})")
     for report in failed:
         print(f"error: role {report.role} cannot work: see the fail lines above", file=sys.stderr)
     return 1 if failed else 0

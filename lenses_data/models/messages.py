@@ -127,7 +127,8 @@ def constraint_kwargs(
             "json_schema": {"name": _schema_name(request.json_schema), "schema": request.json_schema},
         }
     elif request.json_schema is not None and mode == "json_object":
-        extra_body["response_format"] = {"type": "json_object"}
+        # `schema` beside json_object: llama-cpp-python builds its grammar from it (vLLM ignores it).
+        extra_body["response_format"] = {"type": "json_object", "schema": request.json_schema}
     if request.choice:
         if choice_style == "structured_outputs":
             extra_body["structured_outputs"] = {"choice": list(request.choice)}

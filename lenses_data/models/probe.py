@@ -213,7 +213,8 @@ def _json_request(mode: str) -> tuple[str, int, dict[str, Any] | None]:
         fmt = {"type": "json_schema", "json_schema": {"name": "LensesProbe", "schema": PROBE_SCHEMA}}
         return _QUESTION, 96, {"response_format": fmt}
     text = f"{_QUESTION}\n\n{schema_instruction(PROBE_SCHEMA)}"
-    return text, 96, ({"response_format": {"type": "json_object"}} if mode == "json_object" else None)
+    fmt = {"type": "json_object", "schema": PROBE_SCHEMA}
+    return text, 96, ({"response_format": fmt} if mode == "json_object" else None)
 
 
 def _is_json(content: str | None, strict: bool) -> bool:

@@ -40,12 +40,12 @@ def _fresh_probe_cache():
     probe.forget()
 
 
-def _rules_run(run: Path) -> Path:
-    """A run whose `rules` stage is complete: 2 shards, 6 images x 2 captions each."""
+def _rules_run(run: Path, images_per_shard: int = IMAGES_PER_SHARD) -> Path:
+    """A run whose `rules` stage is complete: 2 shards, 6 images x 2 captions each by default."""
     for shard in (0, 1):
         rows = [
             lens_row(f"img{shard}{i}", "caption", lens, f"{text} ({shard}{i})")
-            for i in range(IMAGES_PER_SHARD)
+            for i in range(images_per_shard)
             for lens, text in TEXTS.items()
         ]
         io.write_shard(run, "rules", shard, frame(rows), LensText)
@@ -139,7 +139,8 @@ def test_json_schema_refused_completes_through_json_object_with_the_clean_datase
         _validate(url, _rules_run(tmp_path / "fallback"))
     # Every work request used the fallback: json_object, with the schema in the prompt.
     assert server.calls["work"] == 2 * IMAGES_PER_SHARD
-    assert all(b["response_format"] == {"type": "json_object"} for b in server.bodies)
+    assert all(b["response_format"]["type"] == "json_object" for b in server.bodies)
+    assert all(b["response_format"]["schema"]["type"] == "array" for b in server.bodies)
     assert all("JSON schema" in b["messages"][-1]["content"] for b in server.bodies)
     records, rejected = _dataset(tmp_path / "fallback")
     pd.testing.assert_frame_equal(records, _dataset(tmp_path / "clean")[0])
