@@ -17,38 +17,48 @@ from lenses_data.runlock import RunDirectoryInUse, read_owner, run_directory_loc
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-# A contender: waits for a common start time, tries the lock, holds it briefly, reports.
+# A contender: says it is ready, waits for the `go` file, tries the lock, and (if it won) holds it
+# until the `release` file appears, so every other contender meets a held lock whatever the load.
 CONTENDER = """
-import json, sys, time
+import json, os, sys, time
 from lenses_data.runlock import RunDirectoryInUse, run_directory_lock
-run, start, hold = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
-while time.time() < start:
+run, gate, name = sys.argv[1], sys.argv[2], sys.argv[3]
+print("ready", flush=True)
+while not os.path.exists(gate + ".go"):
     pass
 try:
-    with run_directory_lock(run, flow_run_id=f"fr-{sys.argv[4]}"):
-        time.sleep(hold)
-        print(json.dumps({"won": True}))
+    with run_directory_lock(run, flow_run_id=f"fr-{name}"):
+        while not os.path.exists(gate + ".release"):
+            time.sleep(0.01)
+        print(json.dumps({"won": True}), flush=True)
 except RunDirectoryInUse as error:
-    print(json.dumps({"won": False, "message": str(error), "owner": error.owner}))
+    print(json.dumps({"won": False, "message": str(error), "owner": error.owner}), flush=True)
 """
 
 
-def _contender(run: Path, start: float, hold: float, name: str) -> subprocess.Popen[str]:
+def _contender(run: Path, gate: Path, name: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    args = [sys.executable, "-c", CONTENDER, str(run), str(start), str(hold), name]
+    args = [sys.executable, "-c", CONTENDER, str(run), str(gate), name]
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 def test_exactly_one_of_many_simultaneous_runs_holds_the_directory(tmp_path: Path) -> None:
     for round_number in range(3):
-        run = tmp_path / f"run-{round_number}"
-        start = time.time() + 1.5  # every contender is started and spinning before this instant
-        procs = [_contender(run, start, 1.0, str(i)) for i in range(6)]
+        run, gate = tmp_path / f"run-{round_number}", tmp_path / f"gate-{round_number}"
+        procs = [_contender(run, gate, str(i)) for i in range(6)]
+        for proc in procs:  # every contender has imported everything and is spinning on the gate
+            assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+        Path(f"{gate}.go").touch()
+        deadline = time.monotonic() + 60
+        while sum(proc.poll() is not None for proc in procs) < len(procs) - 1:  # the refused exit at once
+            assert time.monotonic() < deadline, "contenders neither won nor were refused"
+            time.sleep(0.02)
+        Path(f"{gate}.release").touch()
         reports = []
         for proc in procs:
             out, err = proc.communicate(timeout=60)
             assert proc.returncode == 0, err
-            reports.append(json.loads(out))
+            reports += [json.loads(line) for line in out.splitlines() if line.strip()]
         winners = [r for r in reports if r["won"]]
         assert len(winners) == 1, reports
         for loser in (r for r in reports if not r["won"]):
@@ -68,7 +78,8 @@ def test_refusal_names_host_pid_and_flow_run(tmp_path: Path) -> None:
 
 
 def test_a_dead_runs_lock_is_taken_over(tmp_path: Path) -> None:
-    holder = _contender(tmp_path, time.time(), 600.0, "dead")
+    Path(f"{tmp_path / 'gate'}.go").touch()
+    holder = _contender(tmp_path, tmp_path / "gate", "dead")
     deadline = time.monotonic() + 30
     while read_owner(tmp_path) is None:
         assert time.monotonic() < deadline and holder.poll() is None
