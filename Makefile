@@ -11,10 +11,13 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
 install: $(STAMP)
 
+# The realserver extra (llama-cpp-python, for one slow test) compiles from source: a few minutes the
+# first time, then pip's wheel cache. GGML_NATIVE=OFF: a portable build (native segfaults on these CPUs).
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -e '.[train,dev]'
+	CMAKE_ARGS=-DGGML_NATIVE=OFF $(PY) -m pip install -q -c constraints.txt -e '.[realserver]'
 	touch $(STAMP)
 
 run: install
