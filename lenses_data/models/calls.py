@@ -109,7 +109,8 @@ def _replay(
             )
         except AnswerError:
             return None  # the parser got stricter since: ask again
-    if rt.reuse_failed:
+    if rt.reuse_failed and entry.error_code not in codes.INFRASTRUCTURE_CODES:
+        # (older journals hold outages as failures: those are asked again, never replayed as data)
         return ModelResult(ok=False, error_code=entry.error_code, error_message=entry.error_message, **common)
     return None
 

@@ -149,3 +149,34 @@ def test_json_schema_refused_completes_through_json_object_with_the_clean_datase
     clean = {e["key"]: e["hash"] for e in _journal_lines(tmp_path / "clean", 0)}
     fallback = {e["key"]: e["hash"] for e in _journal_lines(tmp_path / "fallback", 0)}
     assert clean.keys() == fallback.keys() and not set(clean.values()) & set(fallback.values())
+
+
+def test_outage_left_in_an_older_journal_is_asked_again_not_replayed(tmp_path: Path) -> None:
+    from lenses_data.models.client import ModelRequest
+    from lenses_data.models.journal import JournalEntry, ShardJournal
+    from lenses_data.models.messages import request_hash
+    from lenses_data.models.parsing import parse_choice
+
+    config = config_from_dict(_config_dict("http://127.0.0.1:1/v1", tmp_path), environ={})
+    models = config.models.model_copy(
+        update={"journal": config.models.journal.model_copy(update={"reuse_failed": True})}
+    )
+    request = ModelRequest(
+        key="v:1", role="validator", text="Is the boat red? Answer YES or NO.", choice=["YES", "NO"]
+    )
+    digest = request_hash(request, models.validator, None, models.choice_style("validator"))
+    path = shard_journal_path(tmp_path, "validate", 0)
+    path.parent.mkdir(parents=True)
+    older = ShardJournal(path, False, [])
+    older.put(
+        JournalEntry(digest, "v:1", "validator", "test/validator", "failed", None, "server_error", "500")
+    )
+    older.close()
+    server = FakeServer()
+    with serving(server) as url:
+        models.validator.base_urls = [url]
+        client = ModelClient(models, journal_root=tmp_path / "journal")
+        with client.shard_journal(path):
+            [result] = client.run_sync([request], parse_choice(["YES", "NO"]))
+    assert result.ok and not result.cached and result.value == "YES"
+    assert server.calls["work"] == 1
