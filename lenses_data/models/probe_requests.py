@@ -1,0 +1,191 @@
+"""The probe's requests: one cheap request per capability, straight to one endpoint (not through
+the pool, whose breaker must not bench an endpoint for a refused feature), with the run's retries.
+See lenses_data.models.probe for what is checked and why."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from lenses_data.config.models import RetryConfig, RoleConfig
+from lenses_data.models import types as codes
+from lenses_data.models.endpoints import Endpoint, backoff_delay, classify_error, retry_after_s
+from lenses_data.models.messages import schema_instruction
+from lenses_data.models.parsing import extract_json
+from lenses_data.models.types import AnswerError, EndpointUnavailable
+
+PROBE_SCHEMA: dict[str, Any] = {
+    "title": "LensesProbe",
+    "type": "object",
+    "properties": {"answer": {"type": "string", "enum": ["ok"]}},
+    "required": ["answer"],
+    "additionalProperties": False,
+}
+# Tokens no model says unprompted: an answer that is exactly one of them proves the constraint.
+PROBE_CHOICES = ["PROBE-ALPHA", "PROBE-OMEGA"]
+_QUESTION = "Is water wet?"
+FALLBACK_JSON = {
+    "json_schema": ("json_schema", "json_object", "prompt"),
+    "json_object": ("json_object", "prompt"),
+}
+
+
+@dataclass
+class Check:
+    capability: str  # model | json | choice | image | endpoint
+    status: str  # ok | fallback | fail
+    detail: str
+
+
+@dataclass
+class _Answer:
+    content: str | None = None
+    code: str | None = None
+    message: str = ""
+
+    @property
+    def answered(self) -> bool:
+        return self.code is None
+
+
+class Prober:
+    def __init__(self, name: str, role: RoleConfig, endpoint: Endpoint, retry: RetryConfig) -> None:
+        self.name, self.role, self.endpoint, self.retry = name, role, endpoint, retry
+        self.rng = random.Random(0)
+        self._plain: _Answer | None = None
+        self.answered_once = False
+
+    async def ask(
+        self, content: Any, max_tokens: int = 96, extra_body: dict[str, Any] | None = None
+    ) -> _Answer:
+        """One request straight to the endpoint (no pool: its breaker must not bench it for a
+        refused feature), with the run's transport retries."""
+        kwargs: dict[str, Any] = {
+            "model": self.role.model,
+            "messages": [{"role": "user", "content": content}],
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "extra_headers": {codes.KEY_HEADER: f"probe:{self.name}"},
+        }
+        if extra_body:
+            kwargs["extra_body"] = extra_body
+        answer = _Answer(code=codes.TRANSPORT_ERROR)
+        for attempt in range(1, self.retry.max_attempts + 1):
+            try:
+                completion = await self.endpoint.client.chat.completions.create(**kwargs)
+            except Exception as exc:
+                code, retryable, _ = classify_error(exc)
+                answer = _Answer(code=code, message=f"{type(exc).__name__}: {str(exc)[:200]}")
+                if not retryable or attempt == self.retry.max_attempts:
+                    return answer
+                await asyncio.sleep(backoff_delay(attempt, self.retry, self.rng, retry_after_s(exc)))
+                continue
+            self.answered_once = True
+            choices = completion.choices or []
+            return _Answer(content=choices[0].message.content if choices else None)
+        return answer
+
+    async def plain(self) -> _Answer:
+        """A request with no constraint: tells "this feature is refused" from "the server is down"."""
+        if self._plain is None:
+            self._plain = await self.ask(_QUESTION, max_tokens=8)
+        return self._plain
+
+    async def down_unless_plain_works(self, failed: _Answer) -> None:
+        plain = await self.plain()
+        if not plain.answered:
+            raise unavailable(self.name, (self.endpoint.url,), plain.code or failed.code or "", plain.message)
+
+    async def check_json(self, configured: str) -> tuple[Check, str]:
+        if configured == "none":
+            return Check("json", "ok", "not asked for (json_schema_mode: none)"), "none"
+        modes = FALLBACK_JSON.get(configured, (configured,))
+        notes = []
+        for mode in modes:
+            answer = await self.ask(*_json_request(mode))
+            if not answer.answered:
+                await self.down_unless_plain_works(answer)
+                notes.append(f"{mode}: refused ({answer.message[:80]})")
+                continue
+            if _is_json(answer.content, strict=mode == "json_schema"):
+                status = "ok" if mode == modes[0] else "fallback"
+                return Check("json", status, "; ".join([*notes, f"{mode} works"])), mode
+            notes.append(f"{mode}: answered without JSON ({(answer.content or '')[:40]!r})")
+        return Check("json", "fail", "; ".join(notes) or "no JSON mode works"), configured
+
+    async def check_choice(self, style: str) -> tuple[Check, str]:
+        """(check, style to send). An ignored constraint is still sent (harmless, and it helps if
+        the server only misbehaved during the probe); a refused one is dropped."""
+        if style == "none":
+            return Check(
+                "choice", "ok", "not constrained (structured_outputs: none): tolerant parsing"
+            ), "none"
+        body = (
+            {"structured_outputs": {"choice": PROBE_CHOICES}}
+            if style == "structured_outputs"
+            else {"guided_choice": PROBE_CHOICES}
+        )
+        answer = await self.ask("Say hello.", max_tokens=16, extra_body=body)
+        if answer.answered and (answer.content or "").strip() in PROBE_CHOICES:
+            return Check("choice", "ok", f"{style} choice honoured"), style
+        if answer.answered:
+            said = (answer.content or "").strip()[:40]
+            detail = f"{style} choice ignored (answered {said!r}); tolerant parsing of free text"
+            return Check("choice", "fallback", detail), style
+        await self.down_unless_plain_works(answer)
+        detail = f"{style} choice refused ({answer.message[:80]}); no constraint, tolerant parsing"
+        return Check("choice", "fallback", detail), "none"
+
+    async def check_image(self) -> Check:
+        content = [
+            {"type": "text", "text": "What colour is this image? One word."},
+            {"type": "image_url", "image_url": {"url": _probe_image_uri()}},
+        ]
+        answer = await self.ask(content, max_tokens=8)
+        if answer.answered:
+            return Check("image", "ok", "image part accepted")
+        await self.down_unless_plain_works(answer)
+        return Check("image", "fail", f"image part refused ({answer.message[:120]}); no fallback")
+
+
+def _json_request(mode: str) -> tuple[str, int, dict[str, Any] | None]:
+    if mode == "json_schema":
+        fmt = {"type": "json_schema", "json_schema": {"name": "LensesProbe", "schema": PROBE_SCHEMA}}
+        return _QUESTION, 96, {"response_format": fmt}
+    text = f"{_QUESTION}\n\n{schema_instruction(PROBE_SCHEMA)}"
+    fmt = {"type": "json_object", "schema": PROBE_SCHEMA}
+    return text, 96, ({"response_format": fmt} if mode == "json_object" else None)
+
+
+def _is_json(content: str | None, strict: bool) -> bool:
+    """Strict (json_schema honoured): exactly the probe schema. Else: any JSON object."""
+    try:
+        value = json.loads(content or "") if strict else extract_json(content)
+    except (ValueError, AnswerError):
+        return False
+    if strict:
+        return isinstance(value, dict) and value == {"answer": "ok"}
+    return isinstance(value, dict)
+
+
+def _probe_image_uri() -> str:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (32, 32), (200, 30, 30)).save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def unavailable(role: str, urls: tuple[str, ...], code: str, message: str) -> EndpointUnavailable:
+    return EndpointUnavailable(
+        f"model role {role!r}: endpoint {', '.join(urls)} is unavailable ({code}: {message[:200]}). "
+        "Nothing was sent; start or fix the server and rerun.",
+        role=role,
+        urls=urls,
+        code=code,
+    )
