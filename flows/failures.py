@@ -4,8 +4,8 @@ A config or parameter error is the same on every attempt, so it is never retried
 run at once with one line that names the problem (no traceback: the line is the whole story).
 Transient errors (an endpoint down after the client's own retries, a dropped connection, an
 unexplained crash) keep the task retries of `orchestration.task_retries`. The flow turns any
-error into a Failed state whose message is that line, so the UI, `prefect flow-run inspect` and
-the log stream of `prefect deployment run --watch` all show it.
+error into a Failed state whose message is that line, logs it as its first error line and sends
+it as an event, so the UI, `prefect flow-run inspect` and `prefect deployment run --watch` show it.
 """
 
 from __future__ import annotations
@@ -124,4 +124,28 @@ def run_explained(body: Callable[[], T]) -> Any:
     except Exception as error:
         line = explain(error)
         get_run_logger().error(line, exc_info=error if needs_traceback(error) else None)
+        announce_failure(line)
         return Failed(message=line, data=error)
+
+
+def announce_failure(line: str) -> None:
+    """A `lenses.flow-run.failed` event about this run, named by the failure line.
+
+    `prefect deployment run --watch` prints every event of the run as `<event> * <resource name>`,
+    also on a server that does not stream logs (PREFECT_SERVER_LOGS_STREAM_OUT_ENABLED is off by
+    default), so the reason is on the watcher's screen either way; automations can match it too.
+    """
+    from prefect.events import emit_event
+    from prefect.runtime import flow_run
+
+    run_id = flow_run.get_id()
+    if not run_id:
+        return
+    emit_event(
+        event="lenses.flow-run.failed",
+        resource={"prefect.resource.id": f"lenses.failure.{run_id}", "prefect.resource.name": line},
+        related=[{"prefect.resource.id": f"prefect.flow-run.{run_id}", "prefect.resource.role": "flow-run"}],
+    )
+    from prefect.events.worker import EventsWorker
+
+    EventsWorker.drain_all(timeout=5)  # sent before the Failed state ends the watch

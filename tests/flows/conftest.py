@@ -38,6 +38,9 @@ def prefect_env(home: Path, api_url: str | None = None) -> dict[str, str]:
             "PREFECT_SERVER_API_HOST": "127.0.0.1",
             "PREFECT_UI_ENABLED": "false",
             "PREFECT_LOGGING_LEVEL": "INFO",
+            # As docs/deploy.md starts the server: `prefect deployment run --watch` streams the run's logs.
+            "PREFECT_SERVER_LOGS_STREAM_OUT_ENABLED": "true",
+            "PREFECT_SERVER_LOGS_STREAM_PUBLISHING_ENABLED": "true",
             "LENSES_HOME": str(REPO_ROOT),
             "PYTHONPATH": str(REPO_ROOT),
         }

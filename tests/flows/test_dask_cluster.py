@@ -172,4 +172,6 @@ def test_a_killed_dask_worker_costs_only_its_requests_in_flight(
     _assert_same_dataset(clean_run, run)
     calls = _pipeline_calls(sim_stats(url))
     repeated = sum(calls.values()) - len(calls)
-    assert repeated <= MAX_CONCURRENCY, f"{repeated} model calls repeated (one worker, {MAX_CONCURRENCY} in flight)"
+    assert repeated <= MAX_CONCURRENCY, (
+        f"{repeated} model calls repeated (one worker, {MAX_CONCURRENCY} in flight)"
+    )
