@@ -1,4 +1,5 @@
-"""Shard tasks are retried as the config says; a shard that keeps failing fails the flow loudly."""
+"""Shard tasks are retried as the config says, for transient errors only; a shard that keeps
+failing fails the flow loudly, with the stage named in its one-line explanation."""
 
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ class FlakyStage:
     reads = ()
     writes = ()
 
-    def __init__(self, failures: int):
+    def __init__(self, failures: int, error: type[Exception] = RuntimeError):
         self.failures = failures
+        self.error = error
         self.calls: list[int] = []
         self.lock = threading.Lock()
 
@@ -36,7 +38,7 @@ class FlakyStage:
             self.calls.append(shard)
             failing = shard == 0 and self.calls.count(0) <= self.failures
         if failing:
-            raise RuntimeError("simulated crash of a shard task")
+            raise self.error("simulated crash of a shard task")
         io.write_shard(run, self.name, shard, [], Rejection)
         io.write_rejections(run, self.name, shard, [])
         return ShardStats(stage=self.name, shard=shard)
@@ -71,3 +73,16 @@ def test_shard_failing_beyond_its_retries_fails_the_stage(prefect_harness, tmp_p
         flows.stages.run_stage_with_runner("rules", _config(tmp_path, retries=1))
     assert stage.calls.count(0) == 2
     assert not io.stage_is_complete(tmp_path, "rules")
+
+
+@pytest.mark.slow
+def test_a_permanent_error_is_not_retried(prefect_harness, tmp_path, monkeypatch):
+    """A config-like error (ValueError) is the same on every attempt: one call, however many retries."""
+    from flows.failures import explain
+
+    stage = FlakyStage(failures=5, error=ValueError)
+    monkeypatch.setattr(registry, "stage_class", lambda name: lambda config: stage)
+    with pytest.raises(ValueError, match="simulated crash") as raised:
+        flows.stages.run_stage_with_runner("rules", _config(tmp_path, retries=3))
+    assert stage.calls.count(0) == 1
+    assert explain(raised.value) == "stage rules: ValueError: simulated crash of a shard task"
