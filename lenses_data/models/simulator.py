@@ -92,6 +92,11 @@ class SimConfig(BaseModel):
     server_faults: SimServerFaults = Field(
         default_factory=SimServerFaults, description="What real servers do: always, not by rate"
     )
+    scripted: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="For tests: request key (the key header) -> its answers by attempt, the last repeated; "
+        "a scripted request gets exactly these answers and no fault",
+    )
 
     @classmethod
     def from_settings(cls, settings: SimulatorSettings) -> SimConfig:
@@ -224,7 +229,11 @@ def create_app(config: SimConfig | None = None) -> Starlette:
         attempt = state.attempts.get(identity, 0)
         state.attempts[identity] = attempt + 1
         state.keys.setdefault(digest, request.headers.get(KEY_HEADER, ""))
-        fault = server_fault(state.config, body) or state.fault_for(identity, attempt)
+        script = state.config.scripted.get(request.headers.get(KEY_HEADER, ""))
+        scripted = script[min(attempt, len(script) - 1)] if script else None
+        fault = None
+        if scripted is None:
+            fault = server_fault(state.config, body) or state.fault_for(identity, attempt)
         if fault in SERVER_FAULT_ERRORS:
             state.server_faults[fault] = state.server_faults.get(fault, 0) + 1
         elif fault:
@@ -235,7 +244,7 @@ def create_app(config: SimConfig | None = None) -> Starlette:
         state.max_in_flight = max(state.max_in_flight, state.in_flight)
         try:
             await _hold(state)
-            return await _respond(state, body, identity, fault)
+            return await _respond(state, body, identity, fault, scripted)
         finally:
             state.in_flight -= 1
 
@@ -263,14 +272,19 @@ async def _hold(state: SimState) -> None:
         await asyncio.wait_for(state.filled.wait(), timeout=state.config.hold_timeout_s)
 
 
-async def _respond(state: SimState, body: dict[str, Any], digest: str, fault: str | None) -> Response:
+async def _respond(
+    state: SimState, body: dict[str, Any], digest: str, fault: str | None, scripted: str | None = None
+) -> Response:
     cfg = state.config
     error = _error_response(fault)
     if error is not None:  # rejected after reading the prompt: prefill only
         await _sleep(state.delay_for(digest, {"prompt_tokens": prompt_tokens(body)}, fault))
         return error
     n = int(body.get("n") or 1)
-    contents = [(answer_content(body, digest, cfg, i), "stop") for i in range(n)]
+    if scripted is not None:
+        contents = [(scripted, "stop")] * n
+    else:
+        contents = [(answer_content(body, digest, cfg, i), "stop") for i in range(n)]
     if fault in ("empty", "truncated", "malformed_json", "schema_invalid"):
         contents[0] = faulty_content(fault, contents[0][0], body)
     cut = [truncated_json(cfg, digest, c) for c in contents]

@@ -1,8 +1,10 @@
 """A tiny stand-in for the model client, for parser-level unit tests of the stages only.
 
 It implements the client contract (run_sync(requests, parse) -> list[ModelResult], re-asking
-after an AnswerError) but answers from a script instead of HTTP; the integration test in
-test_annotate_flow.py uses the real client against the simulator over real HTTP.
+after an AnswerError, an empty answer failing as `empty_answer` before any parser) but answers
+from a script instead of HTTP. What the client itself does (re-asks, reason codes, the wire
+format) is tested through the real client against the simulator: test_filter.py scripts the
+simulator's answers per request, test_annotate_flow.py runs the stages end to end.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from lenses_data.models.types import AnswerError, ModelRequest, ModelResult
+from lenses_data.models.types import EMPTY_ANSWER, AnswerError, ModelRequest, ModelResult
 
 
 class ScriptedClient:
@@ -33,6 +35,8 @@ class ScriptedClient:
             self.calls.append(request)
             raw = self.answer(request, attempt)
             try:
+                if not raw.strip():  # as the real client: no content is its own code
+                    raise AnswerError(EMPTY_ANSWER, "the model returned no content")
                 value = parse(raw)
             except AnswerError as exc:
                 error = exc
