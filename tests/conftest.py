@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,3 +28,14 @@ def sample_pool(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("sample_pool")
     build_sample_pool(out)
     return out
+
+
+@pytest.fixture(scope="session")
+def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Flows and blocks in tests use a temporary SQLite-backed Prefect API, started once per session."""
+    from prefect.settings import PREFECT_HOME, temporary_settings
+    from prefect.testing.utilities import prefect_test_harness
+
+    home = tmp_path_factory.mktemp("prefect-home")
+    with temporary_settings({PREFECT_HOME: str(home)}), prefect_test_harness(server_startup_timeout=120):
+        yield

@@ -1,4 +1,4 @@
-"""Prefect fixtures: an in-process test harness for flow tests, and a real server for deployments."""
+"""Prefect fixtures: a real server for deployments (the in-process harness is in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -15,17 +15,6 @@ import pytest
 from lenses_data.models.simulator import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="session")
-def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Flows in tests run against a temporary SQLite-backed Prefect API, started once per session."""
-    from prefect.settings import PREFECT_HOME, temporary_settings
-    from prefect.testing.utilities import prefect_test_harness
-
-    home = tmp_path_factory.mktemp("prefect-home")
-    with temporary_settings({PREFECT_HOME: str(home)}), prefect_test_harness(server_startup_timeout=120):
-        yield
 
 
 def prefect_env(home: Path, api_url: str | None = None) -> dict[str, str]:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import subprocess
+import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,10 +18,12 @@ from skimage import data as skdata
 from lenses_data.config.models import RoleConfig
 from lenses_data.models import types as codes
 from lenses_data.models.client import ModelClient, ModelRequest
-from lenses_data.models.keys import MissingKeyError, resolve_api_key
+from lenses_data.models.keys import NO_KEY, MissingKeyError, resolve_api_key
 from lenses_data.models.messages import build_messages, load_image, request_hash
 from lenses_data.models.parsing import parse_choice
+from lenses_data.models.simulator import create_app
 from lenses_data.models.testing import sim_models_config, sim_stats
+from tests.lenses_data.models.fakeserver import serving
 
 
 @pytest.fixture
@@ -141,31 +147,44 @@ def test_identical_requests_in_one_batch_are_sent_once(sim_url: str) -> None:
     assert sim_stats(sim_url)["total_calls"] == 1
 
 
-def test_api_key_from_prefect_secret_block_is_loaded_lazily(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Secret.load is replaced so no Prefect server is needed; the lookup path is ours.
+def _recording_authorization(app: Any, seen: list[str]) -> Any:
+    """The simulator's ASGI app, noting the Authorization header of every request it receives."""
+
+    async def recorded(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            seen.extend(value.decode() for name, value in scope["headers"] if name == b"authorization")
+        await app(scope, receive, send)
+
+    return recorded
+
+
+def test_api_key_from_a_saved_prefect_secret_block_reaches_the_server(prefect_harness: None) -> None:
     from prefect.blocks.system import Secret
 
-    loaded: list[str] = []
+    Secret(value="sk-from-block-7").save("lenses-test-vllm-key", overwrite=True)
+    role = RoleConfig(model="m", api_key_secret="lenses-test-vllm-key")
+    assert resolve_api_key("generator", role) == "sk-from-block-7"
+    with pytest.raises(MissingKeyError, match="'lenses-test-missing'"):
+        resolve_api_key("generator", RoleConfig(model="m", api_key_secret="lenses-test-missing"))
 
-    class FakeSecret:
-        def __init__(self, name: str) -> None:
-            self.name = name
+    # Through the client, which resolves the key off its event loop: the block's value is the bearer.
+    seen: list[str] = []
+    app = _recording_authorization(create_app(), seen)
+    with serving(SimpleNamespace(app=lambda: app)) as url:
+        config = sim_models_config([url])
+        config = config.model_copy(
+            update={"filter": config.filter.model_copy(update={"api_key_secret": "lenses-test-vllm-key"})}
+        )
+        request = ModelRequest(key="s", role="filter", text="?", choice=["YES", "NO"])
+        (result,) = ModelClient(config).run_sync([request], parse_choice(["YES", "NO"]))
+    assert result.ok and seen and set(seen) == {"Bearer sk-from-block-7"}
 
-        def get(self) -> str:
-            return f"sk-from-{self.name}"
 
-    def fake_load(name: str, **_: object) -> FakeSecret:
-        loaded.append(name)
-        if name == "missing":
-            raise ValueError("Unable to find block document named missing")
-        return FakeSecret(name)
-
-    monkeypatch.setattr(Secret, "load", staticmethod(fake_load))
-    assert (
-        resolve_api_key("generator", RoleConfig(model="m", api_key_secret="vllm-key")) == "sk-from-vllm-key"
+def test_no_secret_configured_never_imports_prefect() -> None:
+    code = (
+        "import sys; from lenses_data.config.models import RoleConfig;"
+        "from lenses_data.models.keys import resolve_api_key;"
+        "print(resolve_api_key('filter', RoleConfig(model='m')), 'prefect' in sys.modules)"
     )
-    with pytest.raises(MissingKeyError, match="'missing'"):
-        resolve_api_key("generator", RoleConfig(model="m", api_key_secret="missing"))
-    assert loaded == ["vllm-key", "missing"]
-    resolve_api_key("generator", RoleConfig(model="m", api_key_env=None))  # no block configured: no lookup
-    assert loaded == ["vllm-key", "missing"]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == [NO_KEY, "False"]
