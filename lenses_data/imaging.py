@@ -27,6 +27,8 @@ from typing import Any
 
 from PIL import Image, ImageOps
 
+from lenses_data.dedupe.hashing import view_codes, view_scale
+
 # Reason codes of decode rejections (machine-readable; the message carries the detail).
 EMPTY_FILE = "empty_file"
 FILE_NOT_FOUND = "file_not_found"
@@ -75,6 +77,7 @@ class ImageFacts:
     mode: str
     orientation_applied: bool
     converted_from: str | None
+    codes: dict[str, Any] | None = None  # perceptual hashes of the decoded view (see hash_view)
 
 
 def read_file_bytes(path: str | Path, max_bytes: int) -> bytes:
@@ -153,12 +156,14 @@ def _check_geometry(width: int, height: int, limits: DecodeLimits) -> None:
 
 
 def _decode(image: Image.Image) -> None:
-    """Decode the pixel data (first frame only), at 1/8 scale for JPEGs."""
+    """Decode the pixel data (first frame only); JPEGs at the hash view's scale (1/2..1/8)."""
     width, height = image.size
     if image.format in ("JPEG", "MPO"):
         # Grayscale draft of an RGB JPEG skips colour conversion; the stream is still fully read.
+        # The DCT scale keeps the short side >= VIEW_MIN_SIDE px: that is the image hashed.
         mode = "L" if image.mode == "RGB" else None
-        image.draft(mode, (max(1, width // 8), max(1, height // 8)))
+        scale = view_scale(width, height)
+        image.draft(mode, (max(1, width // scale), max(1, height // scale)))
     try:
         image.load()
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
@@ -195,9 +200,10 @@ def inspect_image_bytes(data: bytes, limits: DecodeLimits) -> ImageFacts:
             _decode(image)
             orientation = exif_orientation(image)
             try:
-                to_rgb(image)
+                rgb = to_rgb(image)
             except Exception as error:
                 raise ImageRejected(CONVERSION_FAILED, f"cannot convert {mode} to RGB: {error!r}") from None
+            codes = hash_view(rgb, orientation)
     if orientation in _TRANSPOSING_ORIENTATIONS:
         width, height = height, width
     return ImageFacts(
@@ -207,7 +213,29 @@ def inspect_image_bytes(data: bytes, limits: DecodeLimits) -> ImageFacts:
         mode=mode,
         orientation_applied=orientation != 1,
         converted_from=None if mode == "RGB" else mode,
+        codes=codes,
     )
+
+
+_TRANSPOSE = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180,
+              4: Image.Transpose.FLIP_TOP_BOTTOM, 5: Image.Transpose.TRANSPOSE,
+              6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE, 8: Image.Transpose.ROTATE_90}  # fmt: skip
+
+
+def hash_view(rgb: Image.Image, orientation: int = 1) -> dict[str, Any] | None:
+    """Perceptual hashes of the decoded image, reduced so the short side is >= VIEW_MIN_SIDE
+    (a JPEG is already decoded at that DCT scale) and turned upright like `load_rgb`.
+
+    None when hashing fails: the image itself is fine; dedupe then hashes it on demand.
+    """
+    try:
+        scale = view_scale(*rgb.size)
+        view = rgb.reduce(scale) if scale > 1 else rgb
+        if orientation in _TRANSPOSE:
+            view = view.transpose(_TRANSPOSE[orientation])
+        return view_codes(view).as_dict()
+    except Exception:
+        return None
 
 
 def to_rgb(image: Image.Image) -> Image.Image:
@@ -259,6 +287,7 @@ def facts_as_dict(facts: ImageFacts) -> dict[str, Any]:
         "mode": facts.mode,
         "orientation_applied": facts.orientation_applied,
         "converted_from": facts.converted_from,
+        **(facts.codes or {}),
     }
 
 

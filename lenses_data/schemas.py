@@ -35,7 +35,7 @@ SPLIT_NAMES: tuple[str, ...] = ("train", "valid", "test")
 
 Split = Literal["train", "valid", "test"]
 TextKind = Literal["prompt", "caption"]
-DedupeSignal = Literal["phash", "clip", "both"]
+DedupeSignal = Literal["phash", "clip", "both", "phash_crop"]
 
 # Categorical columns: pandas readers get these categories in this order.
 CATEGORICAL_COLUMNS: dict[str, tuple[str, ...]] = {"lens": LENS_NAMES, "split": SPLIT_NAMES}
@@ -67,6 +67,16 @@ class CandidateImage(Record):
     title: str | None = None
     orientation_applied: bool = False
     converted_from: str | None = Field(default=None, description="Original mode if converted, e.g. CMYK")
+    phash: int | None = Field(
+        default=None, description="imagehash pHash of the decoded view (short side >= 128 px), signed int64"
+    )
+    phash_crops: list[int] | None = Field(
+        default=None, description="pHashes of the view's centre crops (2.5% and 5% cut per side)"
+    )
+    dhashes: list[int] | None = Field(default=None, description="dHashes of the view and of the two crops")
+    hash_version: str | None = Field(
+        default=None, description="How the hashes were made; dedupe rehashes rows of another version"
+    )
 
 
 class Rejection(Record):

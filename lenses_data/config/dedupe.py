@@ -28,7 +28,16 @@ class DedupeConfig(BaseModel):
     leakage_hamming_radius: int | None = Field(
         None, ge=0, le=24, description="Hash pairs up to this distance share a split; None: = hamming_radius"
     )
-    hash_workers: int = Field(1, ge=1, description="Processes for hashing (decode-bound)")
+    hash_workers: int = Field(
+        1, ge=1, description="Processes for hashing images on demand (only rows ingest stored no hashes for)"
+    )
+    crop_signal: bool = Field(
+        True, description="Merge crops/rescales: aligned centre-crop pHashes confirmed by dHash (no weights)"
+    )
+    crop_radius: int = Field(8, ge=0, le=12, description="Max aligned pHash distance of a crop candidate")
+    crop_confirm_radius: int = Field(
+        14, ge=0, le=32, description="Max dHash distance, at the same alignment, that confirms a crop pair"
+    )
     hash_flat_max: int = Field(20_000, ge=0, description="Below this many images an exact faiss flat search")
     clip_model: str | None = Field("ViT-B-32", description="open_clip architecture name; None turns CLIP off")
     clip_model_config: str | None = Field(None, description="Local open_clip model JSON config to register")

@@ -9,8 +9,9 @@ Two tiers of pairs:
 Survivor rule (documented, deterministic): largest resolution (width * height), then lowest
 image id. A removed member records the survivor (`duplicate_of`), the pair that linked it to the
 group (`linked_via`: the survivor itself when they are a direct pair, else its closest group
-neighbour), that pair's signal (phash, clip or both) and its distance (Hamming bits for phash
-and both, 1 - cosine for clip).
+neighbour), that pair's signal (phash, clip, both, or phash_crop: aligned crop hashes confirmed by
+dHash) and its distance (Hamming bits for phash and both, aligned bits for phash_crop, 1 - cosine
+for clip).
 """
 
 from __future__ import annotations
@@ -42,9 +43,16 @@ def combine_pairs(
     clip_sims: np.ndarray,
     emb: np.ndarray | None,
     t: Thresholds,
+    crop: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> pd.DataFrame:
-    """One row per linked pair (a < b, row indices): hamming, cosine, tier, signal."""
-    frames = [pd.DataFrame(hash_pairs, columns=["a", "b"]), pd.DataFrame(clip_pairs, columns=["a", "b"])]
+    """One row per linked pair (a < b, row indices): hamming, cosine, aligned, tier, signal.
+
+    `crop`: (pairs, aligned distances) confirmed by the crop signal (`dedupe/crops.py`); they
+    are duplicates with signal `phash_crop` unless the whole-image hash or CLIP already says so.
+    """
+    crop_pairs, crop_dist = crop if crop is not None else (np.empty((0, 2), np.int64), np.empty(0, np.int64))
+    frames = [pd.DataFrame(hash_pairs, columns=["a", "b"]), pd.DataFrame(clip_pairs, columns=["a", "b"]),
+              pd.DataFrame(crop_pairs, columns=["a", "b"])]  # fmt: skip
     pairs = pd.concat(frames, ignore_index=True).drop_duplicates().sort_values(["a", "b"], ignore_index=True)
     a, b = pairs["a"].to_numpy(np.int64), pairs["b"].to_numpy(np.int64)
     unsigned = codes.astype(np.int64).view(np.uint64)
@@ -57,9 +65,14 @@ def combine_pairs(
     cos = pairs["cosine"].fillna(-1.0)
     ph_dup, ph_leak = pairs["hamming"] <= t.hamming_radius, pairs["hamming"] <= t.leak_radius
     cl_dup, cl_leak = cos >= t.clip_threshold, cos >= t.leakage_threshold
-    dup = ph_dup | cl_dup
+    n = max(len(codes), 1)
+    aligned = pd.Series(crop_dist, index=crop_pairs[:, 0] * n + crop_pairs[:, 1], dtype=float)
+    pairs["aligned"] = aligned.reindex(a * n + b).to_numpy()
+    crop_dup = pairs["aligned"].notna() & ~ph_dup & ~cl_dup
+    dup = ph_dup | cl_dup | crop_dup
     pairs["tier"] = np.where(dup, "duplicate", "leakage")
-    pairs["signal"] = np.where(dup, _signal(ph_dup, cl_dup), _signal(ph_leak, cl_leak))
+    signal = np.where(dup, _signal(ph_dup, cl_dup), _signal(ph_leak, cl_leak))
+    pairs["signal"] = np.where(crop_dup, "phash_crop", signal)
     return pairs[dup | ph_leak | cl_leak].reset_index(drop=True)
 
 
@@ -74,8 +87,9 @@ def _components(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def _norm_distance(edges: pd.DataFrame, t: Thresholds) -> np.ndarray:
     """Distance relative to its own threshold, so phash and clip pairs compare."""
     ham = edges["hamming"].to_numpy(float) / (t.hamming_radius + 1)
+    crop = edges["aligned"].to_numpy(float) / (t.hamming_radius + 1)
     cos = (1.0 - edges["cosine"].fillna(-1.0).to_numpy(float)) / max(1e-9, 1.0 - t.clip_threshold)
-    return np.where(edges["signal"].isin(["phash", "both"]), ham, cos)
+    return np.select([edges["signal"].isin(["phash", "both"]), edges["signal"] == "phash_crop"], [ham, crop], cos)
 
 
 def build_groups(ids: np.ndarray, areas: np.ndarray, pairs: pd.DataFrame, t: Thresholds) -> pd.DataFrame:
@@ -102,6 +116,8 @@ def build_groups(ids: np.ndarray, areas: np.ndarray, pairs: pd.DataFrame, t: Thr
 
 def _links(dup: pd.DataFrame, survivor_row: np.ndarray, t: Thresholds) -> pd.DataFrame:
     """For each removed row: the pair that linked it (direct pair to its survivor first)."""
+    if "aligned" not in dup:  # pairs built without the crop signal
+        dup = dup.assign(aligned=np.nan)
     forward = dup.rename(columns={"a": "src", "b": "dst"})
     backward = dup.rename(columns={"a": "dst", "b": "src"})
     edges = pd.concat([forward, backward], ignore_index=True)
@@ -110,7 +126,9 @@ def _links(dup: pd.DataFrame, survivor_row: np.ndarray, t: Thresholds) -> pd.Dat
     edges["norm"] = _norm_distance(edges, t)
     edges = edges.sort_values(["src", "indirect", "norm", "dst"], kind="stable")
     best = edges.groupby("src").first()
-    best["distance"] = np.where(
-        best["signal"].isin(["phash", "both"]), best["hamming"].astype(float), 1.0 - best["cosine"]
+    best["distance"] = np.select(
+        [best["signal"].isin(["phash", "both"]), best["signal"] == "phash_crop"],
+        [best["hamming"].astype(float), best["aligned"].astype(float)],
+        1.0 - best["cosine"],
     )
     return best.rename(columns={"dst": "linked_via"})[["linked_via", "signal", "distance"]]

@@ -20,7 +20,8 @@ from lenses_data.dedupe.groups import Thresholds, build_groups, combine_pairs
 log = logging.getLogger(__name__)
 
 STAGE = "dedupe"
-REASON = {"phash": "near_duplicate_phash", "both": "near_duplicate_phash", "clip": "near_duplicate_clip"}
+REASON = {"phash": "near_duplicate_phash", "both": "near_duplicate_phash", "clip": "near_duplicate_clip",
+          "phash_crop": "near_duplicate_crop"}  # fmt: skip
 
 
 @dataclass
@@ -44,16 +45,50 @@ def _failure(row: dict, reason: str, message: str) -> dict[str, Any]:
 
 
 def _hash_step(frame: pd.DataFrame, config: DedupeConfig, rejections: list) -> pd.DataFrame:
-    from lenses_data.dedupe.hashing import hash_images
+    """Hashes stored by ingest where they are of the current version; the rest hashed on demand
+    (run directories ingested before hashes were stored, or another `hash_kind`)."""
+    from lenses_data.dedupe.hashing import HASH_VERSION, hash_files, hash_images
 
-    results = hash_images(frame["path"].tolist(), config.hash_kind, config.hash_workers)
-    ok = np.array([r.error is None for r in results], dtype=bool)
-    for row, result in zip(frame.to_dict(orient="records"), results, strict=True):
-        if result.error is not None:
-            rejections.append(_failure(row, "hash_failed", f"{config.hash_kind} failed: {result.error}"))
-    frame = frame[ok].reset_index(drop=True)
-    frame["phash"] = np.array([r.value for r in results if r.error is None], dtype=np.int64)
+    if config.hash_kind != "phash":  # stored codes are pHashes: whole-image signal only
+        results = hash_images(frame["path"].tolist(), config.hash_kind, config.hash_workers)
+        codes = [None if r.error else {"phash": r.value} for r in results]
+        errors = [r.error for r in results]
+    else:
+        version = frame["hash_version"] if "hash_version" in frame else pd.Series(None, index=frame.index)
+        stale = np.flatnonzero((version != HASH_VERSION).to_numpy())
+        codes = [None] * len(frame)
+        errors: list[str | None] = [None] * len(frame)
+        for row in np.flatnonzero((version == HASH_VERSION).to_numpy()):
+            codes[row] = {k: frame.at[row, k] for k in ("phash", "phash_crops", "dhashes")}
+        if len(stale):
+            log.info("dedupe: %d of %d images have no stored hashes; hashing them", len(stale), len(frame))
+        fresh = hash_files(frame["path"].iloc[stale].tolist(), config.hash_workers)
+        for row, (value, error) in zip(stale, fresh, strict=True):
+            codes[row], errors[row] = value, error
+    for row, error in zip(frame.to_dict(orient="records"), errors, strict=True):
+        if error is not None:
+            rejections.append(_failure(row, "hash_failed", f"{config.hash_kind} failed: {error}"))
+    ok = np.array([e is None for e in errors], dtype=bool)
+    kept = [c for c in codes if c is not None]
+    frame = frame[ok].reset_index(drop=True)[["image_id", "path", "width", "height", "source"]]
+    frame["phash"] = np.array([c["phash"] for c in kept], dtype=np.int64)
+    if config.hash_kind == "phash":
+        frame["crop_codes"] = [[c["phash"], *c["phash_crops"]] for c in kept]
+        frame["dhashes"] = [list(c["dhashes"]) for c in kept]
     return frame
+
+
+def _crop_step(frame: pd.DataFrame, config: DedupeConfig):
+    if not config.crop_signal or "crop_codes" not in frame or len(frame) < 2:
+        return None, None
+    from lenses_data.dedupe.crops import crop_pairs
+
+    phashes = np.array(frame["crop_codes"].tolist(), dtype=np.int64).reshape(len(frame), -1)
+    dhashes = np.array(frame["dhashes"].tolist(), dtype=np.int64).reshape(len(frame), -1)
+    pairs, aligned, report = crop_pairs(
+        phashes, dhashes, config.crop_radius, config.crop_confirm_radius, config.hash_flat_max
+    )
+    return (pairs, aligned), report
 
 
 def _clip_step(frame: pd.DataFrame, config: DedupeConfig, rejections: list):
@@ -122,10 +157,11 @@ def find_duplicates(frame: pd.DataFrame, config: DedupeConfig) -> DedupeResult:
     plan = plan_search(len(frame), config.leak_radius, config.hash_flat_max)
     hash_pairs, _, plan = range_pairs(frame["phash"].to_numpy(np.int64), config.leak_radius, plan)
     clip_idx, _sims, clip_report = _clip_pairs(emb, config)
+    crop, crop_report = _crop_step(frame, config)
     timings["search_s"] = time.monotonic() - mark
     t = Thresholds(config.hamming_radius, config.leak_radius, config.clip_threshold, config.leakage_threshold)
     codes = frame["phash"].to_numpy(np.int64)
-    pairs = combine_pairs(codes, hash_pairs, clip_idx, _sims, emb, t)
+    pairs = combine_pairs(codes, hash_pairs, clip_idx, _sims, emb, t, crop)
     groups = build_groups(
         frame["image_id"].to_numpy(), (frame["width"] * frame["height"]).to_numpy(), pairs, t
     )
@@ -134,6 +170,7 @@ def find_duplicates(frame: pd.DataFrame, config: DedupeConfig) -> DedupeResult:
     records["cluster_id"] = clusters if clusters is not None else None
     rejections += _removal_rejections(frame, records)
     summary = _summary(frame, records, pairs, rejections, config, status, device, plan, clip_report)
+    summary["crop_signal"] = crop_report
     summary["seconds"] = {
         k: round(v, 3) for k, v in {**timings, "total_s": time.monotonic() - started}.items()
     }
@@ -162,7 +199,9 @@ def _removal_rejections(frame: pd.DataFrame, records: pd.DataFrame) -> list[dict
     for rec in removed.itertuples(index=False):
         keeper = info.loc[rec.duplicate_of]
         via = "" if rec.linked_via == rec.duplicate_of else f", linked via {rec.linked_via}"
-        unit = "bits" if rec.signal in ("phash", "both") else "(1 - cosine)"
+        unit = {"phash": "bits", "both": "bits", "phash_crop": "bits (aligned crop hashes)"}.get(
+            rec.signal, "(1 - cosine)"
+        )
         message = (
             f"near-duplicate of {rec.duplicate_of} (kept: {keeper['width']}x{keeper['height']}; rule: largest "
             f"resolution, then lowest id); signal {rec.signal}, distance {rec.distance:.4g} {unit}{via}"
@@ -184,7 +223,9 @@ def _summary(frame, records, pairs, rejections, config, status, device, plan, cl
         "largest_group": int(sizes.max()) if len(sizes) else 0,
         "split_groups": int((split_sizes > 1).sum()),
         "removed": int(len(removed)),
-        "removed_by_signal": {s: int((removed["signal"] == s).sum()) for s in ("phash", "clip", "both")},
+        "removed_by_signal": {
+            s: int((removed["signal"] == s).sum()) for s in ("phash", "clip", "both", "phash_crop")
+        },
         "pairs_by_tier": {t: int((pairs["tier"] == t).sum()) for t in ("duplicate", "leakage")},
         "thresholds": {
             "hash_kind": config.hash_kind,

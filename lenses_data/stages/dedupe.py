@@ -38,7 +38,8 @@ def load_candidates(run: Path, config: Any) -> pd.DataFrame:
     if not getattr(config, "dedupe_before_filter", True) and io.stage_is_complete(run, "filter"):
         decisions = io.read_stage(run, "filter", FilterDecision)
         frame = frame[frame["image_id"].isin(set(decisions.loc[decisions["passed"], "image_id"]))]
-    return frame[["image_id", "path", "width", "height", "source"]].reset_index(drop=True)
+    columns = ["image_id", "path", "width", "height", "source", "phash", "phash_crops", "dhashes", "hash_version"]
+    return frame[columns].reset_index(drop=True)
 
 
 def _save_npy(path: Path, array: np.ndarray) -> None:
@@ -63,7 +64,7 @@ class DedupeStage:
 
     name = STAGE
     input_stage = "ingest"
-    reads = ("image_id", "path", "width", "height", "source")
+    reads = ("image_id", "path", "width", "height", "source", "phash", "phash_crops", "dhashes", "hash_version")
     writes = tuple(DedupeRecord.model_fields)
 
     def __init__(self, config: Any) -> None:
@@ -136,6 +137,11 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"  hash index: {summary['hash_index']['method']}",
         f"  CLIP signal: {clip_line}",
     ]
+    crop = summary.get("crop_signal")
+    lines.append(
+        f"  crop signal: {crop['candidates']} candidate pairs ({crop['candidates_per_image']}/image), "
+        f"{crop['confirmed']} confirmed by dHash, {crop['seconds']} s" if crop else "  crop signal: off"
+    )
     if summary.get("clip_index"):
         ci = summary["clip_index"]
         lines.append(f"  CLIP index: {ci['method']} (recall on sample: {ci['recall']})")

@@ -2,7 +2,8 @@
 
 Pipeline: source readers yield items in a deterministic order; URLs are downloaded by a thread
 pool (I/O bound); bytes are checked, hashed and materialised by a process pool in batches (CPU
-bound). Both pools are fed through a bounded window, so memory stays flat on large sources. Results are sorted by input order, exact duplicates
+bound); the decode process also computes the perceptual hashes dedupe needs from the image it
+decoded (one decode per image). Both pools are fed through a bounded window, so memory stays flat. Results are sorted by input order, exact duplicates
 (same image id) collapse onto the first occurrence, and the accepted rows are sharded sorted by
 image id, which makes a rerun over the same sources write byte-identical shards.
 Row metadata is held in memory until the end (about 1 kB per image); pixels never are.
@@ -234,6 +235,10 @@ def _candidate(item: SourceItem, outcome: dict) -> CandidateImage:
         title=item.title,
         orientation_applied=outcome["orientation_applied"],
         converted_from=outcome["converted_from"],
+        phash=outcome.get("phash"),
+        phash_crops=outcome.get("phash_crops"),
+        dhashes=outcome.get("dhashes"),
+        hash_version=outcome.get("hash_version"),
     )
 
 

@@ -86,7 +86,8 @@ class DecodePool:
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
             context = multiprocessing.get_context("forkserver")
-            context.set_forkserver_preload(["lenses_data.imaging"])
+            # scipy.fftpack (the pHash DCT) too: each worker would otherwise import it on its first image
+            context.set_forkserver_preload(["lenses_data.imaging", "scipy.fftpack"])
             self._pool = ProcessPoolExecutor(self.workers, mp_context=context)
         return self._pool
 

@@ -93,20 +93,29 @@ def test_default_radius_removes_photometric_variants_and_records_why(
         "variants/chelsea__jpeg_q30.jpg",
         "variants/rocket__brighter.jpg",
     } <= set(removed["file"])
-    assert removed["signal"].eq("phash").all() and (removed["distance"] <= 8).all()
+    photometric = removed[~removed["file"].str.contains("crop")]
+    assert photometric["signal"].eq("phash").all() and (photometric["distance"] <= 8).all()
+    # the two border crops (whole-image pHash 14 and 16 bits away) are caught without CLIP
+    # weights: aligned centre-crop hashes, confirmed by dHash
+    crops = removed[removed["file"].str.contains("crop")].set_index("file")
+    assert set(crops.index) == {"variants/coffee__crop90.jpg", "variants/flower__crop85.jpg"}
+    assert crops["signal"].eq("phash_crop").all() and (crops["distance"] <= 8).all()
     # the survivor is the larger copy: every original beat its downscaled variant
     size = dict(zip(images["image_id"], images["width"] * images["height"], strict=True))
     assert all(size[s] >= size[r] for r, s in zip(removed["image_id"], removed["duplicate_of"], strict=True))
     # every removed image is a rejection naming its survivor: the funnel accounts for all
     rejections = io.read_rejections(run, "dedupe")
     assert set(rejections["record_id"]) == set(removed["image_id"])
-    assert rejections["reason"].eq("near_duplicate_phash").all()
+    reasons = dict(zip(rejections["record_id"], rejections["reason"], strict=True))
+    for rec in removed.itertuples():
+        assert reasons[rec.image_id] == ("near_duplicate_crop" if "crop" in rec.file else "near_duplicate_phash")
     for rec in rejections.itertuples():
         assert records.set_index("image_id").loc[rec.record_id, "duplicate_of"] in rec.message
     assert len(records) == len(images)
     summary = read_summary(run)
     assert summary["clip_signal"] == "off" and summary["thresholds"]["hamming_radius"] == 8
-    assert summary["removed"] == len(removed) and summary["removed_by_signal"]["phash"] == len(removed)
+    assert summary["removed"] == len(removed) and summary["removed_by_signal"]["phash"] == len(photometric)
+    assert summary["removed_by_signal"]["phash_crop"] == 2 and summary["crop_signal"]["confirmed"] >= 2
 
 
 def test_rerun_gives_identical_groups_and_survivors(ingested_run, tmp_path) -> None:
@@ -122,13 +131,58 @@ def test_rerun_gives_identical_groups_and_survivors(ingested_run, tmp_path) -> N
     assert pd.Series(first["phash"]).dtype == np.int64
 
 
+def test_old_run_without_stored_hashes_is_hashed_on_demand_with_the_same_result(
+    ingested_run, tmp_path
+) -> None:
+    """A run ingested before hashes were stored: its shards lack the columns; dedupe hashes the
+    files itself, the same way ingest does, and reaches the same groups."""
+    import pyarrow.parquet as pq
+
+    new = dedupe(fresh_run(ingested_run, tmp_path, "new"))
+    old_run = fresh_run(ingested_run, tmp_path, "old")
+    for shard in (old_run / "ingest").glob("part-*.parquet"):
+        table = pq.read_table(shard)
+        pq.write_table(table.drop_columns(["phash", "phash_crops", "dhashes", "hash_version"]), shard)
+    assert "phash" not in pq.read_schema(next((old_run / "ingest").glob("part-*.parquet"))).names
+    old = dedupe(old_run)
+    pd.testing.assert_frame_equal(new, old)
+    assert (~new["kept"]).sum() >= 7
+
+
+def test_stored_hash_is_imagehash_of_the_decoded_view(sample_pool, ingested_run) -> None:
+    """Ingest's pHash is `imagehash.phash` of the image it decoded (JPEG draft at the scale that
+    keeps >= 128 px, upright, RGB); versus a full-size decode it differs by a few bits at most."""
+    import imagehash
+    from PIL import Image, ImageOps
+
+    from lenses_data.dedupe.hash_index import hamming
+    from lenses_data.dedupe.hashing import bits_to_int64, view_scale
+
+    images = io.read_stage(ingested_run, "ingest", CandidateImage)
+    jpegs = images[(images["format"] == "JPEG") & ~images["orientation_applied"] & (images["mode"] == "RGB")]
+    assert len(jpegs) >= 5
+    full_diff = []
+    for row in jpegs.itertuples():
+        with Image.open(row.path) as image:
+            scale = view_scale(*image.size)
+            image.draft("L", (image.width // scale, image.height // scale))
+            view = image.convert("RGB")
+        assert bits_to_int64(imagehash.phash(view).hash) == row.phash, row.path
+        full = ImageOps.exif_transpose(Image.open(row.path).convert("RGB"))
+        full_diff.append(int(hamming(np.array([row.phash]), np.array([bits_to_int64(imagehash.phash(full).hash)]))[0]))
+    assert max(full_diff) <= 6, full_diff
+
+
 def test_unreadable_image_is_a_rejection_not_a_failed_run(ingested_run, tmp_path) -> None:
+    """Dedupe reads stored hashes; a row without them (older ingest) is hashed from its file,
+    and a file that cannot be read then is a rejection."""
     run = fresh_run(ingested_run, tmp_path)
     ingest = io.read_stage(run, "ingest", CandidateImage)
     victim = ingest.iloc[0]
     broken = tmp_path / "vanished.png"
     broken.write_bytes(b"\x89PNG\r\n\x1a\n garbage")
     ingest.loc[0, "path"] = str(broken)
+    ingest.loc[0, "hash_version"] = None
     shutil.rmtree(run / "ingest")
     io.write_shard(run, "ingest", 0, ingest, CandidateImage)
     io.mark_stage_complete(run, "ingest", [0])

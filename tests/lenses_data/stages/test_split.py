@@ -106,7 +106,8 @@ def test_stage_keeps_leakage_neighbours_together_and_prefers_filter(tmp_path) ->
 def test_split_after_dedupe_on_sample_pool_via_cli(ingested_run, tmp_path, capsys) -> None:
     run = tmp_path / "run"
     shutil.copytree(ingested_run / "ingest", run / "ingest")
-    config = config_from_dict({"run_dir": str(run), "dedupe": {"hamming_radius": 4, "leakage_hamming_radius": 16}},
+    config = config_from_dict({"run_dir": str(run), "dedupe": {"hamming_radius": 4, "leakage_hamming_radius": 16,
+                                                             "crop_signal": False}},
                               environ={})  # fmt: skip
     run_stage_locally(DedupeStage(config), run)
     assert main(["split", "--run", str(run), "--input", "dedupe"]) == 0
