@@ -15,6 +15,8 @@ INTERNVL = "OpenGVLab/InternVL3_5-38B"
 QWEN = "Qwen/Qwen2.5-32B-Instruct"
 # The vLLM release the launcher pins (see docs/serving.md for why this one).
 VLLM_VERSION = "0.10.1.1"
+# InternVL's dynamic tiling capped at one 448 px tile (no thumbnail is added to a single tile).
+FILTER_ONE_TILE: dict[str, Any] = {"max_dynamic_patch": 1}
 
 
 class Section(BaseModel):
@@ -46,6 +48,11 @@ class ServeConfig(Section):
     images_per_prompt: int = Field(default=1, ge=0, description="--limit-mm-per-prompt image count")
     dtype: str = "bfloat16"
     gpus_per_replica: int = Field(default=1, ge=1, description="Tensor-parallel size of one replica")
+    enable_prefix_caching: bool = Field(
+        default=True,
+        description="--enable-prefix-caching: the static instructions every request starts with are "
+        "computed once per replica, not once per request",
+    )
     extra_args: list[str] = Field(default_factory=list)
 
 
@@ -69,6 +76,12 @@ class RoleConfig(Section):
         description="How to ask for JSON: the server's json_schema response format; json_object plus the "
         "schema in the prompt; the schema in the prompt only; or none (the listing's wording only). "
         "The probe falls back from response_format to json_object, then prompt, when a server refuses it.",
+    )
+    mm_processor_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="vLLM's per-request `mm_processor_kwargs`, sent with every request of the role that "
+        "carries an image, e.g. InternVL's {max_dynamic_patch: 1} (one 448 px tile, 256 visual tokens). "
+        "Part of the journal key. The filter's default is one tile (docs/serving.md)",
     )
     serve: ServeConfig = Field(default_factory=ServeConfig)
 
@@ -110,7 +123,10 @@ def _default_role(role: str) -> RoleConfig:
         return RoleConfig(model=QWEN, base_urls=["http://127.0.0.1:8100/v1"], serve=serve)
     sampling = SamplingConfig(temperature=0.7, top_p=0.95) if role == "generator" else SamplingConfig()
     serve = ServeConfig(trust_remote_code=True, max_model_len=16384)
-    return RoleConfig(model=INTERNVL, sampling=sampling, serve=serve)
+    # The filter answers YES/NO about the whole scene: one tile (docs/serving.md, "One tile for the
+    # filter"); generation and visual validation read details and keep InternVL's full tiling.
+    processor = dict(FILTER_ONE_TILE) if role == "filter" else {}
+    return RoleConfig(model=INTERNVL, sampling=sampling, serve=serve, mm_processor_kwargs=processor)
 
 
 class ModelsConfig(Section):

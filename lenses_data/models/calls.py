@@ -15,13 +15,15 @@ from lenses_data.models import types as codes
 from lenses_data.models.endpoints import EndpointPool, backoff_delay, classify_error, retry_after_s
 from lenses_data.models.journal import Journal, JournalEntry
 from lenses_data.models.messages import (
+    IMAGE_SLOT,
+    ImageCache,
     LoadedImage,
     build_messages,
-    constraint_kwargs,
     load_image,
     reask_messages,
+    render_body,
+    request_fields,
     request_hash,
-    sampling_params,
 )
 from lenses_data.models.parsing import pick_choice
 from lenses_data.models.types import AnswerError, ModelRequest, ModelResult
@@ -44,11 +46,45 @@ class RoleRuntime:
     tolerant_choice: bool = False
     # Durable write of a completed request (direct, or via the group committer when fsyncing).
     journal_put: Callable[[JournalEntry], Awaitable[None]] | None = None
+    images: ImageCache | None = None
+
+
+@dataclass
+class Completion:
+    """The parts of a chat completion the client uses, read straight from the response JSON (the
+    openai package's typed model costs more CPU than the rest of the answer's handling)."""
+
+    model: str
+    contents: list[str | None]
+    finishes: list[str | None]
+    usage: dict[str, int]
+    simulated: bool
+
+    @classmethod
+    def from_json(cls, data: bytes, fallback_model: str) -> Completion:
+        payload = json.loads(data)
+        if not isinstance(payload, dict):
+            raise ValueError("completion is not a JSON object")
+        choices = payload.get("choices") or []
+        counted = payload.get("usage") or {}
+        model = str(payload.get("model") or fallback_model)
+        return cls(
+            model=model,
+            contents=[(c.get("message") or {}).get("content") for c in choices],
+            finishes=[c.get("finish_reason") for c in choices],
+            usage={k: v for k, v in counted.items() if isinstance(v, int) and k in _USAGE_FIELDS},
+            simulated=payload.get("system_fingerprint") == codes.SIMULATOR_FINGERPRINT
+            or model.startswith(codes.SIMULATED_MODEL_PREFIX),
+        )
+
+
+_USAGE_FIELDS = ("prompt_tokens", "completion_tokens", "total_tokens")
+CHAT_PATH = "/chat/completions"
 
 
 @dataclass
 class CallOutcome:
-    completion: Any
+    completion: Completion | None
     calls: int
     error_code: str | None = None
     error_message: str | None = None
@@ -61,7 +97,7 @@ async def run_one(
     inflight: dict[str, asyncio.Future[ModelResult]],
 ) -> ModelResult:
     try:
-        image = await asyncio.to_thread(load_image, request.image_path) if request.image_path else None
+        image = await _image(rt, request.image_path) if request.image_path else None
     except (OSError, ValueError) as exc:
         return _failed(
             request, rt.role.model, codes.BAD_INPUT, f"cannot read image {request.image_path}: {exc}"
@@ -83,6 +119,18 @@ async def run_one(
         raise
     finally:
         inflight.pop(digest, None)
+
+
+async def _image(rt: RoleRuntime, path: str) -> LoadedImage:
+    """The image read, hashed and encoded once per file (a thread does it: files may sit on a
+    network file system, and the event loop must not wait for them)."""
+    if rt.images is None:
+        return await asyncio.to_thread(load_image, path)
+    key, image = rt.images.cached(path)
+    if image is None:
+        image = await asyncio.to_thread(load_image, path)
+        rt.images.store(key, image)
+    return image
 
 
 def _replay(
@@ -122,31 +170,31 @@ async def _answer(
     image: LoadedImage | None,
     digest: str,
 ) -> ModelResult:
-    messages = build_messages(request, image.data_uri if image else None, rt.json_mode)
-    kwargs = {"model": rt.role.model, **sampling_params(request, rt.role)}
-    kwargs["extra_headers"] = {codes.KEY_HEADER: request.key.encode("ascii", "replace").decode()}
-    kwargs.update(constraint_kwargs(request, rt.role, rt.choice_style, rt.json_mode))
-    conversation, calls, usage = messages, 0, {}
+    messages = build_messages(request, IMAGE_SLOT if image else None, rt.json_mode)
+    fields = request_fields(request, rt.role, rt.choice_style, rt.json_mode)
+    headers = {codes.KEY_HEADER: request.key.encode("ascii", "replace").decode()}
+    uri = image.data_uri if image else None
+    body, calls, usage = render_body(fields, messages, uri), 0, {}
     raw, model, simulated = None, rt.role.model, False
     error = AnswerError(codes.EMPTY_ANSWER, "no answer")
     for _ask in range(rt.retry.max_reasks + 1):
-        outcome = await _call(rt, {**kwargs, "messages": conversation})
+        outcome = await _call(rt, body, headers)
         calls += outcome.calls
-        if outcome.error_code is not None:
-            error = AnswerError(outcome.error_code, outcome.error_message or "")
+        if outcome.error_code is not None or outcome.completion is None:
+            error = AnswerError(outcome.error_code or codes.TRANSPORT_ERROR, outcome.error_message or "")
             break
         completion = outcome.completion
-        _add_usage(usage, completion)
-        model = str(getattr(completion, "model", None) or rt.role.model)
-        simulated = simulated or _is_simulated(completion)
-        contents = [choice.message.content for choice in (completion.choices or [])]
-        finishes = [choice.finish_reason for choice in (completion.choices or [])]
+        for name, count in completion.usage.items():
+            usage[name] = usage.get(name, 0) + count
+        model, simulated = completion.model, simulated or completion.simulated
+        contents, finishes = completion.contents, completion.finishes
         raw = contents[0] if request.n == 1 and contents else json.dumps(contents)
         try:
             value = _parse_all(contents, finishes, parse, request.n)
         except AnswerError as exc:
             error = exc
             conversation = reask_messages(messages, raw, f"{exc.code}: {exc.message}")
+            body = render_body(fields, conversation, uri)
             continue
         result = ModelResult(
             key=request.key,
@@ -187,15 +235,21 @@ def _tolerant(rt: RoleRuntime, request: ModelRequest, parse: Callable[[str], Any
     return lambda text: parse(pick_choice(text, choices))
 
 
-async def _call(rt: RoleRuntime, kwargs: dict[str, Any]) -> CallOutcome:
-    """One answer from some endpoint, retrying transport errors, 429/5xx and timeouts."""
+async def _call(rt: RoleRuntime, body: bytes, headers: dict[str, str]) -> CallOutcome:
+    """One answer from some endpoint, retrying transport errors, 429/5xx and timeouts.
+
+    The body goes out as prepared bytes through the client's plain `post`: the same JSON that
+    `chat.completions.create` would send, without its per-request walk of every parameter through
+    typed transforms, and the answer is read from the JSON without building the typed model."""
     code, message = codes.TRANSPORT_ERROR, ""
+    options = {"headers": headers}
     for attempt in range(1, rt.retry.max_attempts + 1):
         endpoint = await rt.pool.acquire()
         healthy: bool | None = None
         hint: float | None = None
         try:
-            completion = await endpoint.client.chat.completions.create(**kwargs)
+            data = await endpoint.client.post(CHAT_PATH, cast_to=bytes, content=body, options=options)
+            completion = Completion.from_json(data, rt.role.model)
             healthy = True
             return CallOutcome(completion, attempt)
         except asyncio.CancelledError:
@@ -233,20 +287,6 @@ def _parse_all(
         except (ValueError, KeyError, TypeError) as exc:  # incl. pydantic ValidationError
             raise AnswerError(codes.SCHEMA_INVALID, f"{type(exc).__name__}: {str(exc)[:300]}") from exc
     return values[0] if n == 1 else values
-
-
-def _is_simulated(completion: Any) -> bool:
-    return getattr(completion, "system_fingerprint", None) == codes.SIMULATOR_FINGERPRINT or str(
-        getattr(completion, "model", "")
-    ).startswith(codes.SIMULATED_MODEL_PREFIX)
-
-
-def _add_usage(usage: dict[str, int], completion: Any) -> None:
-    counted = getattr(completion, "usage", None)
-    for name in ("prompt_tokens", "completion_tokens", "total_tokens"):
-        value = getattr(counted, name, None) if counted is not None else None
-        if isinstance(value, int):
-            usage[name] = usage.get(name, 0) + value
 
 
 def _failed(request: ModelRequest, model: str, code: str, message: str) -> ModelResult:

@@ -20,11 +20,11 @@ from typing import Any
 from lenses_data.config.models import ModelsConfig
 from lenses_data.models import types as codes
 from lenses_data.models.calls import RoleRuntime, run_one
-from lenses_data.models.committer import GroupCommitter
+from lenses_data.models.committer import FlushingWriter, GroupCommitter
 from lenses_data.models.endpoints import Endpoint, EndpointPool, make_endpoint
 from lenses_data.models.journal import Journal, JournalEntry, LegacyJournal, ShardJournal, usage_totals
 from lenses_data.models.keys import resolve_api_key
-from lenses_data.models.messages import default_json_mode
+from lenses_data.models.messages import ImageCache, default_json_mode
 from lenses_data.models.probe import cached_probe
 from lenses_data.models.progress import Progress, reporting
 from lenses_data.models.types import AnswerError, EndpointUnavailable, ModelRequest, ModelResult
@@ -51,6 +51,7 @@ class ModelClient:
         self._keys: dict[str, str] = {}
         self.last_progress: Progress | None = None
         self.simulated_answers = 0  # answers from the lenses simulator over this client's life
+        self.images = ImageCache()  # one image sent with several requests is read and encoded once
 
     @classmethod
     def from_config(
@@ -120,6 +121,7 @@ class ModelClient:
             rng=self._rng,
             journal_put=journal_put,
             json_mode=default_json_mode(role),
+            images=self.images,
         )
         if not self.config.probe:
             runtime.simulated_endpoint = await _probe_simulated(endpoints)
@@ -172,15 +174,18 @@ class ModelClient:
             raise RuntimeError(f"model client lost {len(missing)} results (first index {missing[0]})")
         return results  # type: ignore[return-value]
 
-    def _journal_writer(self) -> tuple[GroupCommitter | None, Any]:
-        """How completed requests are written: inline (a WAL commit without fsync costs tens of
-        microseconds), or through a group committer when every commit is fsynced."""
+    def _journal_writer(self) -> tuple[GroupCommitter | FlushingWriter | None, Any]:
+        """How completed requests are written (committer.py): buffered and flushed to the OS within
+        a few milliseconds, or through a group committer when every commit is fsynced."""
         journal = self.journal
         if journal is None:
             return None, None
         if self.config.journal.fsync:
             committer = GroupCommitter(journal)
             return committer, committer.put
+        if isinstance(journal, ShardJournal):
+            writer = FlushingWriter(journal)
+            return writer, writer.put
 
         async def put(entry: JournalEntry) -> None:
             journal.put(entry)

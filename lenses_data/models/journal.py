@@ -1,13 +1,14 @@
-"""Durable response journal: every completed request is stored the moment it completes.
+"""Durable response journal: every completed request is stored as it completes.
 
 Keyed by the request hash (model id, rendered messages, image content hash, sampling, schema),
 so a rerun replays answered requests instead of paying for them again, and a kill loses at most
-the requests in flight.
+the requests in flight plus the answers of the last few milliseconds (asked again on the rerun).
 
 One journal file per stage and shard, `RUN/journal/<stage>/part-00042.jsonl`, written only by the
 task that owns that shard: no file is ever written by two processes or two hosts, so the journal is
 safe on NFS or Lustre (SQLite's WAL mode, used before, needs shared memory on one host). Entries are
-appended as JSON lines and flushed per answer; `fsync=True` also survives power loss. A torn last
+appended as JSON lines; the client flushes them to the OS within a few milliseconds of the answer
+(see committer.FlushingWriter), and `fsync=True` also survives power loss. A torn last
 line (killed mid-write) is skipped, and a success is never overwritten by a later failure.
 
 Journals of older runs (`RUN/journal/answers.sqlite`, `RUN/journal/answers-*.jsonl`) stay readable
@@ -22,7 +23,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -98,6 +99,7 @@ class ShardJournal:
         if _ends_torn(path):  # a killed writer left half a line: end it, or the next entry joins it
             self._file.write("\n")
         self._lock = threading.Lock()
+        self._buffer: list[str] = []
 
     def get(self, request_hash: str) -> JournalEntry | None:
         entry = self._index.get(request_hash)
@@ -113,22 +115,42 @@ class ShardJournal:
         self.put_many([entry])
 
     def put_many(self, entries: list[JournalEntry]) -> None:
-        text = "".join(json.dumps(asdict(entry), ensure_ascii=False) + "\n" for entry in entries)
+        """Write and flush (and fsync, if asked): on return the entries survive a process kill."""
+        self.append(entries)
+        self.flush()
+
+    def append(self, entries: list[JournalEntry]) -> None:
+        """Index the entries and buffer their lines; they reach the file at the next `flush`."""
+        lines = [_line(entry) for entry in entries]
         with self._lock:
+            self._buffer.extend(lines)
+            for entry in entries:
+                if _prefer(self._index.get(entry.hash), entry):
+                    self._index[entry.hash] = entry
+
+    def flush(self) -> None:
+        """Buffered lines to the OS in one write (whole lines only), then fsync if configured."""
+        with self._lock:
+            if not self._buffer:
+                return
+            text, self._buffer = "".join(self._buffer), []
             self._file.write(text)
             self._file.flush()
             if self._fsync:
                 os.fsync(self._file.fileno())
-            for entry in entries:
-                if _prefer(self._index.get(entry.hash), entry):
-                    self._index[entry.hash] = entry
 
     def entries(self) -> Iterator[JournalEntry]:
         return iter(list(self._index.values()))
 
     def close(self) -> None:
+        self.flush()
         with self._lock:
             self._file.close()
+
+
+def _line(entry: JournalEntry) -> str:
+    # The entry's fields are flat JSON values (usage is str -> int): no deep copy (asdict) needed.
+    return json.dumps(vars(entry), ensure_ascii=False) + "\n"
 
 
 _LEGACY_COLUMNS = tuple(JournalEntry.__dataclass_fields__)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import re
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,33 @@ def load_image(path: str) -> LoadedImage:
     mime = sniff_mime(data)
     digest = hashlib.sha256(data).hexdigest()
     return LoadedImage(digest, f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}")
+
+
+class ImageCache:
+    """The last `size` images loaded, by path, size and modification time: the generator and the
+    visual validator send one image with several requests, and it is read, hashed and encoded once.
+
+    Entries are a few tens of KiB (a 512 px JPEG in base64), so the default holds a few MiB."""
+
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self._entries: OrderedDict[tuple[str, int, int], LoadedImage] = OrderedDict()
+        self.hits = 0
+
+    def cached(self, path: str) -> tuple[tuple[str, int, int], LoadedImage | None]:
+        """(the cache key of the file as it is now, its image if already loaded)."""
+        stat = os.stat(path)
+        key = (path, stat.st_size, stat.st_mtime_ns)
+        image = self._entries.get(key)
+        if image is not None:
+            self._entries.move_to_end(key)
+            self.hits += 1
+        return key, image
+
+    def store(self, key: tuple[str, int, int], image: LoadedImage) -> None:
+        self._entries[key] = image
+        if len(self._entries) > self.size:
+            self._entries.popitem(last=False)
 
 
 # How a role asks for JSON: the server's json_schema response format (the default), or the probe's
@@ -129,6 +158,9 @@ def constraint_kwargs(
     elif request.json_schema is not None and mode == "json_object":
         # `schema` beside json_object: llama-cpp-python builds its grammar from it (vLLM ignores it).
         extra_body["response_format"] = {"type": "json_object", "schema": request.json_schema}
+    if request.image_path and role.mm_processor_kwargs:
+        # vLLM's per-request processor arguments, e.g. InternVL's max_dynamic_patch (tiles per image).
+        extra_body["mm_processor_kwargs"] = dict(role.mm_processor_kwargs)
     if request.choice:
         if choice_style == "structured_outputs":
             extra_body["structured_outputs"] = {"choice": list(request.choice)}
@@ -161,6 +193,33 @@ def request_hash(
     }
     blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+# Stands in for an image's data URI while a request body is serialised; the URI (base64, which
+# JSON never escapes) is spliced in as bytes afterwards, so its tens of KiB are not re-encoded.
+IMAGE_SLOT = "\x00lenses-image\x00"
+_SLOT_JSON = json.dumps(IMAGE_SLOT)[1:-1]
+
+
+def request_fields(
+    request: ModelRequest, role: RoleConfig, choice_style: str, json_mode: str | None = None
+) -> dict[str, Any]:
+    """Every body field except `messages`: model, sampling, and the constraint fields."""
+    fields: dict[str, Any] = {"model": role.model, **sampling_params(request, role)}
+    fields.update(constraint_kwargs(request, role, choice_style, json_mode).get("extra_body", {}))
+    return fields
+
+
+def render_body(fields: dict[str, Any], messages: list[dict[str, Any]], data_uri: str | None) -> bytes:
+    """The JSON request body. `messages` carry IMAGE_SLOT where the image goes (see build_messages);
+    the first slot is the image (it is in the first user turn, before any answer text)."""
+    text = json.dumps({**fields, "messages": messages}, ensure_ascii=False, separators=(",", ":"))
+    if data_uri is None:
+        return text.encode("utf-8")
+    head, slot, tail = text.partition(_SLOT_JSON)
+    if not slot:
+        raise ValueError("request body has no image slot")
+    return b"".join((head.encode("utf-8"), data_uri.encode("ascii"), tail.encode("utf-8")))
 
 
 def reask_messages(messages: list[dict[str, Any]], raw: str | None, problem: str) -> list[dict[str, Any]]:

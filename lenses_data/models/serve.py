@@ -49,6 +49,8 @@ def vllm_args(role: RoleConfig, tensor_parallel: int) -> list[str]:
         # JSON form (the key=value form was retired); no videos for these prompts.
         limits = {"image": serve.images_per_prompt, "video": 0}
         args += ["--limit-mm-per-prompt", json.dumps(limits, separators=(",", ":"))]
+    if serve.enable_prefix_caching:
+        args.append("--enable-prefix-caching")
     if serve.trust_remote_code:
         args.append("--trust-remote-code")
     if serve.revision:
