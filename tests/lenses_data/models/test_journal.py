@@ -9,6 +9,8 @@ import random
 from dataclasses import asdict
 from pathlib import Path
 
+import pytest
+
 from lenses_data.models import types as codes
 from lenses_data.models.calls import RoleRuntime, _replay
 from lenses_data.models.client import ModelClient, ModelRequest
@@ -116,6 +118,110 @@ def test_older_run_journals_stay_readable(tmp_path: Path) -> None:
     every = {entry.hash: entry.status for entry in read_run_journal(tmp_path)}
     assert every == {"old-ok": "ok", "old-failed": "ok", "old-jsonl": "ok", "new": "ok"}
     assert usage_totals(read_run_journal(tmp_path))["m"]["requests"] == 4
+
+
+# ---------------------------------------------------------------------------------------------
+# One shared test for every journal reader: each gets the same history of answers to one request
+# (stored the way that backend stores it) and must return the same entry: a success if there
+# ever was one, whatever came after it.
+
+HISTORIES = {
+    "success then failure": (["ok:YES", "failed:MAYBE"], "ok:YES"),
+    "failure then success": (["failed:MAYBE", "ok:NO"], "ok:NO"),
+    "failure, success, failure": (["failed:MAYBE", "ok:YES", "failed:PERHAPS"], "ok:YES"),
+    "failures only": (["failed:MAYBE", "failed:PERHAPS"], "failed"),
+}
+
+
+def _history(steps: list[str]) -> list[JournalEntry]:
+    entries = []
+    for step in steps:
+        status, raw = step.split(":")
+        entries.append(_entry("h", status=status, raw=raw))
+    return entries
+
+
+def _jsonl(path: Path, entries: list[JournalEntry]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(asdict(e)) + "\n" for e in entries))
+
+
+def _shard(run: Path, entries: list[JournalEntry], reopen: bool) -> ShardJournal:
+    journal = ShardJournal(shard_journal_path(run, "filter", 0))
+    for entry in entries:
+        journal.put(entry)
+    if not reopen:
+        return journal
+    journal.close()
+    return ShardJournal(shard_journal_path(run, "filter", 0))
+
+
+def _read_back(
+    reader: str, run: Path, entries: list[JournalEntry]
+) -> tuple[JournalEntry | None, list | None]:
+    """What one reader over `entries` (written in order) gets for "h", and what it lists for "h"
+    (None: its `entries()` are its own file's only, as a shard's usage is)."""
+    root = run / "journal"
+    first, rest = entries[:1], entries[1:]
+    if reader == "shard, in memory":
+        journal = _shard(run, entries, reopen=False)
+    elif reader == "shard, reopened":
+        journal = _shard(run, entries, reopen=True)
+    elif reader == "shard over an older run's journal":
+        _jsonl(root / "answers-1-1.jsonl", first)
+        journal = ShardJournal(shard_journal_path(run, "filter", 0), fallback=[LegacyJournal(root)])
+        for entry in rest:
+            journal.put(entry)
+        got = journal.get("h")
+        journal.close()
+        return got, None
+    elif reader == "legacy JSONL":
+        _jsonl(root / "answers-1-1.jsonl", entries)
+        journal = LegacyJournal(root)
+    elif reader == "legacy JSONL, one file per process":
+        for index, entry in enumerate(entries):
+            _jsonl(root / f"answers-{index}-1.jsonl", [entry])
+        journal = LegacyJournal(root)
+    elif reader == "legacy SQLite holds the last answer":  # as INSERT OR REPLACE left it
+        _jsonl(root / "answers-1-1.jsonl", entries[:-1])
+        _legacy_sqlite(root, entries[-1:])
+        journal = LegacyJournal(root)
+    elif reader == "legacy SQLite holds the first answer":
+        _legacy_sqlite(root, first)
+        _jsonl(root / "answers-1-1.jsonl", rest)
+        journal = LegacyJournal(root)
+    else:  # the whole run, as the manifest's usage and `lenses` reports read it
+        _legacy_sqlite(root, first)
+        _shard(run, rest, reopen=False).close()
+        listed = [e for e in read_run_journal(run) if e.hash == "h"]
+        return (listed[0] if len(listed) == 1 else None), listed
+    got, listed = journal.get("h"), [e for e in journal.entries() if e.hash == "h"]
+    journal.close()
+    return got, listed
+
+
+READERS = (
+    "shard, in memory",
+    "shard, reopened",
+    "shard over an older run's journal",
+    "legacy JSONL",
+    "legacy JSONL, one file per process",
+    "legacy SQLite holds the last answer",
+    "legacy SQLite holds the first answer",
+    "whole run (read_run_journal)",
+)
+
+
+@pytest.mark.parametrize("history", HISTORIES)
+def test_every_journal_reader_keeps_a_success_over_any_failure(tmp_path: Path, history: str) -> None:
+    steps, expected = HISTORIES[history]
+    seen = {}
+    for number, reader in enumerate(READERS):
+        got, listed = _read_back(reader, tmp_path / str(number), _history(steps))
+        assert got is not None, reader
+        assert listed is None or [e.status for e in listed] == [got.status], reader  # one entry per hash
+        seen[reader] = got.status if got.status == "failed" else f"ok:{got.raw}"
+    assert seen == dict.fromkeys(READERS, expected)
 
 
 def test_rerun_replays_answers_and_reasks_failures(simulator, tmp_path: Path) -> None:
