@@ -1,7 +1,7 @@
 """Failures that explain themselves: which errors are retried, and the one line a failed run shows.
 
 A config or parameter error is the same on every attempt, so it is never retried and fails the
-run at once with one line that names the problem (no traceback: the line is the whole story).
+run at once with one line that names the problem.
 Transient errors (an endpoint down after the client's own retries, a dropped connection, an
 unexplained crash) keep the task retries of `orchestration.task_retries`. The flow turns any
 error into a Failed state whose message is that line, logs it as its first error line and sends
@@ -35,8 +35,6 @@ PERMANENT: tuple[type[BaseException], ...] = (
     IsADirectoryError,
     NotADirectoryError,
 )
-# Expected operational failures: the line says everything, a traceback would only add noise.
-CLEAN: tuple[type[BaseException], ...] = (ConfigError, RunDirectoryInUse, ModelServiceError)
 STAGE_NOTE = "lenses stage: "
 
 
@@ -61,15 +59,15 @@ def retry_transient(task: Any, task_run: Any, state: Any) -> bool:
             error = raised
     if error is None or is_transient(error):
         return True
-    if not isinstance(error, CLEAN):  # a bug or a data problem: its one traceback, logged here
-        from prefect import get_run_logger
+    from prefect import get_run_logger
 
-        get_run_logger().error("not retried (the same on every attempt): %s", explain(error), exc_info=error)
+    # One line here; the traceback is printed once, where the run ends (it travels with the error).
+    get_run_logger().error("not retried (the same on every attempt): %s", explain(error))
     return False
 
 
 def mark_stage(error: BaseException, stage: str) -> BaseException:
-    """Record which stage failed; the task that raised it has already logged what Prefect logs."""
+    """Record which stage failed, for the failure line."""
     if stage_of(error) is None:
         error.add_note(f"{STAGE_NOTE}{stage}")
     return error
@@ -105,16 +103,12 @@ def explain(error: BaseException) -> str:
     return f"{where}{_kind(error)}: {detail}"
 
 
-def needs_traceback(error: BaseException) -> bool:
-    """A traceback is logged once: not for clean errors, not again for one a task already logged."""
-    return not isinstance(error, CLEAN) and stage_of(error) is None
-
-
 def run_explained(body: Callable[[], T]) -> Any:
     """Run a flow body; an error ends the run Failed with its one-line explanation as message.
 
     The line is the flow's first error log line. The exception stays the state's data, so a
-    caller of the flow (e.g. `lenses run`) still gets the original exception raised.
+    caller of the flow (e.g. `lenses run`) still gets the original exception raised, and a
+    deployed run's engine prints its traceback once as the run ends.
     """
     from prefect import get_run_logger
     from prefect.states import Failed
@@ -123,7 +117,7 @@ def run_explained(body: Callable[[], T]) -> Any:
         return body()
     except Exception as error:
         line = explain(error)
-        get_run_logger().error(line, exc_info=error if needs_traceback(error) else None)
+        get_run_logger().error(line)  # the traceback travels with the error: printed once, where the run ends
         announce_failure(line)
         return Failed(message=line, data=error)
 

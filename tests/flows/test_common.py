@@ -7,7 +7,7 @@ import typing
 import pytest
 
 from flows.common import artifact_key, load_run_config, run_slug
-from flows.failures import ParameterError, explain, is_transient, mark_stage, needs_traceback
+from flows.failures import ParameterError, explain, is_transient, mark_stage
 from flows.reporting import funnel_markdown, stage_key, summary_markdown
 from lenses_data.config import ConfigError
 from lenses_data.models.types import CapabilityMissing, EndpointUnavailable
@@ -84,13 +84,11 @@ def test_failure_line_names_stage_kind_and_problem():
     line = explain(error)
     assert line.startswith("stage filter: model endpoint unavailable")
     assert "gpu-3:8000" in line and "\n" not in line
-    assert not needs_traceback(error)
     assert (
         explain(ConfigError("config file not found: nope.yaml"))
         == "config error: config file not found: nope.yaml"
     )
     assert explain(ParameterError("stop_after='dedup' is not a stage")).startswith("parameter error: ")
-    assert needs_traceback(KeyError("image_id"))  # a bug raised in the flow itself: its one traceback
 
 
 def test_markdown_tables_show_counts_shards_and_reasons():
