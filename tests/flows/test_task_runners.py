@@ -76,3 +76,48 @@ def test_dask_runner_options_reach_the_cluster_or_the_client():
     )
     runner = make_task_runner(remote)
     assert runner.address == "tcp://10.0.0.1:8786" and runner.client_kwargs.get("timeout") == 30
+
+
+def _cluster_shape() -> tuple[str, list[tuple[str, int]]]:
+    """Inside a task: the scheduler this task ran under, and (protocol, threads) of its workers."""
+    from distributed import get_client
+
+    client = get_client()
+    workers = client.scheduler_info()["workers"]
+    shape = sorted((address.split("://")[0], worker["nthreads"]) for address, worker in workers.items())
+    return client.scheduler.address, shape
+
+
+def _run_on(config):
+    from prefect import flow, task
+
+    from flows.common import make_task_runner
+
+    @flow(task_runner=make_task_runner(config))
+    def read_back_cluster():
+        return task(_cluster_shape).submit().result()
+
+    return read_back_cluster()
+
+
+def test_dask_runner_options_are_read_back_from_the_running_cluster(prefect_harness):
+    """The options of `orchestration.runner_options` shape the cluster the tasks actually run on:
+    three in-process workers of two threads each (a default LocalCluster is never that)."""
+    pytest.importorskip("prefect_dask")
+    distributed = pytest.importorskip("distributed")
+    options = {"n_workers": 3, "threads_per_worker": 2, "processes": False, "dashboard_address": None}
+    local = config_from_dict(
+        {"orchestration": {"task_runner": "dask", "runner_options": options}}, environ={}
+    )
+    _, shape = _run_on(local)
+    assert shape == [("inproc", 2)] * 3
+    # With runner_address the tasks run on that existing cluster.
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
+    ) as cluster:
+        remote = config_from_dict(
+            {"orchestration": {"task_runner": "dask", "runner_address": cluster.scheduler_address}},
+            environ={},
+        )
+        address, shape = _run_on(remote)
+    assert address == cluster.scheduler_address and shape == [("inproc", 1)]
