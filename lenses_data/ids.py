@@ -16,10 +16,6 @@ def image_id_from_bytes(data: bytes) -> str:
     return sha256_hex(data)[:ID_HEX_CHARS]
 
 
-def image_id_from_sha256(sha256: str) -> str:
-    return sha256[:ID_HEX_CHARS]
-
-
 def text_id(image_id: str, kind: str, lens: str, candidate_index: int, text: str) -> str:
     key = f"{image_id}|{kind}|{lens}|{candidate_index}|{text}"
     return sha256_hex(key.encode("utf-8"))[:ID_HEX_CHARS]

@@ -1,7 +1,8 @@
 """Record schemas: one pydantic model per table, the single source of truth.
 
-The Parquet (pyarrow) schema of a table and the JSON schema sent to a model are both derived
-from these models (`arrow_schema`, `json_schema`); nothing is written twice.
+The Parquet (pyarrow) schema of a table is derived from its model (`arrow_schema`); nothing is
+written twice. The JSON schemas sent to models describe answers, not tables: they are derived from
+the answer models in `lenses_data.answers` (`array_schema`).
 """
 
 from __future__ import annotations
@@ -185,7 +186,8 @@ class Manifest(BaseModel):
     simulated: bool
     tables: dict[str, int] = Field(description="file name -> row count")
     usage: dict[str, dict[str, int]] = Field(
-        default_factory=dict, description="model id -> requests and tokens, summed over the per-shard journals"
+        default_factory=dict,
+        description="model id -> requests and tokens, summed over the per-shard journals",
     )
     gpu_plan: dict[str, Any] | None = Field(
         None, description="`lenses plan` of this run at its own size (GPU-hours per stage, assumptions)"
@@ -194,11 +196,6 @@ class Manifest(BaseModel):
 
 # ---------------------------------------------------------------------------------------------
 # Derivations
-
-
-def json_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """The JSON schema sent to a model for schema-constrained output."""
-    return model.model_json_schema()
 
 
 def _arrow_type(annotation: Any) -> tuple[pa.DataType, bool]:

@@ -7,8 +7,6 @@ Environment overrides use `LENSES__<SECTION>__<FIELD>=value` (values parsed as Y
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -50,23 +48,6 @@ class PipelineConfig(BaseModel):
     export: ExportConfig = Field(default_factory=ExportConfig)
     orchestration: OrchestrationConfig = Field(default_factory=OrchestrationConfig)
     simulator: SimulatorSettings = Field(default_factory=SimulatorSettings)
-
-    def signature(self, exclude: tuple[str, ...] = ()) -> str:
-        """Stable hash of the settings that change results (callers exclude e.g. concurrency)."""
-        data = self.model_dump(mode="json")
-        for dotted in exclude:
-            _drop_dotted(data, dotted)
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _drop_dotted(data: dict[str, Any], dotted: str) -> None:
-    head, _, rest = dotted.partition(".")
-    if head not in data:
-        return
-    if rest and isinstance(data[head], dict):
-        _drop_dotted(data[head], rest)
-    elif not rest:
-        del data[head]
 
 
 def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:

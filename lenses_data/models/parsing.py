@@ -156,8 +156,3 @@ def pick_choice(text: str | None, choices: list[str]) -> str:
         return found[0]
     what = "none" if not found else "several: " + ", ".join(found)
     raise AnswerError(INVALID_CHOICE, f"expected exactly one of {choices} in the answer, found {what}")
-
-
-def json_schema_of(model_cls: type[BaseModel]) -> dict[str, Any]:
-    """The JSON schema to send for `model_cls` (pydantic is the one source of schemas)."""
-    return model_cls.model_json_schema()

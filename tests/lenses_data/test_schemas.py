@@ -16,10 +16,8 @@ from lenses_data.schemas import (
     LensText,
     Manifest,
     Record,
-    Rejection,
     arrow_schema,
     column_names,
-    json_schema,
 )
 
 
@@ -107,16 +105,6 @@ def test_enum_values_are_stored_as_plain_strings() -> None:
     assert text.model_dump()["lens"] == "Emotional"
     with pytest.raises(ValidationError):
         LensText(**{**text.model_dump(), "lens": "Sarcastic"})
-
-
-def test_json_schema_lists_fields_and_requirements() -> None:
-    schema = json_schema(Rejection)
-    assert set(schema["properties"]) == set(column_names(Rejection))
-    assert set(schema["required"]) == {"stage", "record_id", "reason", "message"}
-    lens_schema = json_schema(LensText)
-    lens_ref = lens_schema["properties"]["lens"]
-    enum_values = lens_schema["$defs"]["Lens"]["enum"] if "$ref" in lens_ref else lens_ref["enum"]
-    assert enum_values == list(LENS_NAMES)
 
 
 def test_manifest_model_rejects_extra_keys() -> None:
