@@ -52,6 +52,7 @@ def handle(args: argparse.Namespace) -> int:
     from flows.common import load_run_config
     from lenses_data.commands.annotate import MODEL_SERVICE_EXIT
     from lenses_data.models.types import ModelServiceError
+    from lenses_data.config import ConfigError
     from lenses_data.runlock import RunDirectoryInUse, ensure_run_directory_free
 
     config_path = args.config or (_default_sample_config() if args.sample else None)
@@ -68,6 +69,9 @@ def handle(args: argparse.Namespace) -> int:
     except RunDirectoryInUse as error:
         print(f"error: {error}", file=sys.stderr)
         return 3
+    except ConfigError as error:  # a wrong setting is the user's to fix: one message, no traceback
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     except ModelServiceError as error:  # an outage or a server lacking a feature: no traceback here
         print(f"error: {error}", file=sys.stderr)
         return MODEL_SERVICE_EXIT
