@@ -51,8 +51,8 @@ def handle(args: argparse.Namespace) -> int:
     from flows.build import build_dataset
     from flows.common import load_run_config
     from lenses_data.commands.annotate import MODEL_SERVICE_EXIT
-    from lenses_data.models.types import ModelServiceError
     from lenses_data.config import ConfigError
+    from lenses_data.models.types import ModelServiceError
     from lenses_data.runlock import RunDirectoryInUse, ensure_run_directory_free
 
     config_path = args.config or (_default_sample_config() if args.sample else None)
