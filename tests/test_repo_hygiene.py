@@ -57,7 +57,7 @@ def test_every_lenses_data_module_imports_without_torch_or_prefect():
     )
     assert result.returncode == 0, result.stderr[-3000:]
     *culprit, count = result.stdout.splitlines()
-    assert not culprit, f"{culprit[0]}: loaded after this step (a top-level import)"
+    assert not culprit, f"{culprit[0]}: loaded by this step (a top-level import in it or in what it imports)"
     modules = sum(1 for _ in (REPO_ROOT / "lenses_data").rglob("*.py"))
     assert int(count) + 1 == modules  # every file was imported (+1: lenses_data/__init__.py itself)
 
