@@ -153,7 +153,9 @@ def watch(command: list[str], run: Path, stages: list[str], log: Path) -> dict:
             peak = max(peak, tree_rss(proc))
             time.sleep(0.5)
     if child.returncode:
-        raise RuntimeError(f"build failed ({child.returncode}); see {log}")
+        kept = Path("/tmp") / f"failed-{log.name}"
+        shutil.copy(log, kept)  # the temporary directory (and the log in it) goes away with the error
+        raise RuntimeError(f"build failed ({child.returncode}); its output: {kept}")
     ends = {
         s: (run / s / "_SUCCESS.json").stat().st_mtime for s in stages if (run / s / "_SUCCESS.json").exists()
     }
