@@ -33,7 +33,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="build the bundled sample pool and answer every model call with the simulator (dry run)",
     )
     parser.add_argument("--simulate", action="store_true", help="use the simulator for model calls")
-    parser.add_argument("--stop-after", help="stop after this stage, e.g. dedupe")
+    from lenses_data.stages.registry import STAGES
+
+    parser.add_argument(
+        "--stop-after",
+        choices=[name.replace("_", "-") for name in STAGES],
+        help="stop after this stage, e.g. dedupe",
+    )
     parser.set_defaults(func=handle)
 
 
@@ -61,7 +67,7 @@ def handle(args: argparse.Namespace) -> int:
         "run_dir": args.run_dir,
         "sample": args.sample,
         "simulate": args.sample or args.simulate,
-        "stop_after": args.stop_after,
+        "stop_after": args.stop_after.replace("-", "_") if args.stop_after else None,
     }
     try:
         ensure_run_directory_free(load_run_config(config_path, args.run_dir).run_dir)
