@@ -107,7 +107,9 @@ class ShardJournal:
             return entry
         for older in self._fallback:
             found = older.get(request_hash)
-            if found is not None and _prefer(entry, found):
+            # An older journal's answer counts only where this shard has none, or where it is a
+            # success: this shard's latest failure is newer than any failure an older run recorded.
+            if found is not None and (entry is None or found.status == "ok"):
                 entry = found
         return entry
 

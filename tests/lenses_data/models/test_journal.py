@@ -288,3 +288,13 @@ def test_fsync_group_commit_journals_every_answer(sim_url: str, tmp_path: Path) 
     stored = {e.key: e.raw for e in journal.entries()}
     journal.close()
     assert stored == {r.key: r.raw for r in results} and all(r.ok for r in results)
+
+
+def test_the_shards_own_latest_failure_wins_over_an_older_runs_failure(tmp_path: Path) -> None:
+    root = tmp_path / "journal"
+    _legacy_sqlite(root, [_entry("h", status="failed", raw="OLD")])
+    shard = ShardJournal(shard_journal_path(tmp_path, "filter", 0), fallback=[LegacyJournal(root)])
+    assert shard.get("h").raw == "OLD"  # nothing of its own yet: the older run's answer
+    shard.put(_entry("h", status="failed", raw="NEW"))
+    assert shard.get("h").raw == "NEW"
+    shard.close()
