@@ -13,10 +13,10 @@ from typing import Any
 from lenses_data.config.models import RetryConfig, RoleConfig
 from lenses_data.models import types as codes
 from lenses_data.models.endpoints import EndpointPool, backoff_delay, classify_error, retry_after_s
+from lenses_data.models.images import ImagePrefetch
 from lenses_data.models.journal import Journal, JournalEntry
 from lenses_data.models.messages import (
     IMAGE_SLOT,
-    ImageCache,
     LoadedImage,
     build_messages,
     load_image,
@@ -46,7 +46,7 @@ class RoleRuntime:
     tolerant_choice: bool = False
     # Durable write of a completed request (direct, or via the group committer when fsyncing).
     journal_put: Callable[[JournalEntry], Awaitable[None]] | None = None
-    images: ImageCache | None = None
+    images: ImagePrefetch | None = None  # the batch's images, loaded ahead of its requests
 
 
 @dataclass
@@ -122,15 +122,10 @@ async def run_one(
 
 
 async def _image(rt: RoleRuntime, path: str) -> LoadedImage:
-    """The image read, hashed and encoded once per file (a thread does it: files may sit on a
-    network file system, and the event loop must not wait for them)."""
-    if rt.images is None:
-        return await asyncio.to_thread(load_image, path)
-    key, image = rt.images.cached(path)
-    if image is None:
-        image = await asyncio.to_thread(load_image, path)
-        rt.images.store(key, image)
-    return image
+    """The request's image: from the batch's prefetch, or read in a thread (a lone request)."""
+    if rt.images is not None:
+        return await rt.images.get(path)
+    return await asyncio.to_thread(load_image, path)
 
 
 def _replay(

@@ -22,9 +22,10 @@ from lenses_data.models import types as codes
 from lenses_data.models.calls import RoleRuntime, run_one
 from lenses_data.models.committer import FlushingWriter, GroupCommitter
 from lenses_data.models.endpoints import Endpoint, EndpointPool, make_endpoint
+from lenses_data.models.images import ImagePrefetch
 from lenses_data.models.journal import Journal, JournalEntry, LegacyJournal, ShardJournal, usage_totals
 from lenses_data.models.keys import resolve_api_key
-from lenses_data.models.messages import ImageCache, default_json_mode
+from lenses_data.models.messages import default_json_mode
 from lenses_data.models.probe import cached_probe
 from lenses_data.models.progress import Progress, reporting
 from lenses_data.models.types import AnswerError, EndpointUnavailable, ModelRequest, ModelResult
@@ -51,7 +52,6 @@ class ModelClient:
         self._keys: dict[str, str] = {}
         self.last_progress: Progress | None = None
         self.simulated_answers = 0  # answers from the lenses simulator over this client's life
-        self.images = ImageCache()  # one image sent with several requests is read and encoded once
 
     @classmethod
     def from_config(
@@ -121,7 +121,6 @@ class ModelClient:
             rng=self._rng,
             journal_put=journal_put,
             json_mode=default_json_mode(role),
-            images=self.images,
         )
         if not self.config.probe:
             runtime.simulated_endpoint = await _probe_simulated(endpoints)
@@ -229,8 +228,13 @@ class ModelClient:
                     result.ok, result.cached, result.simulated, 0 if result.cached else result.attempts
                 )
 
-        workers = min(len(indices), runtime.pool.capacity)
-        await asyncio.gather(*(worker() for _ in range(workers)))
+        runtime.images = ImagePrefetch(requests[i].image_path for i in indices)
+        runtime.images.start()
+        try:
+            workers = min(len(indices), runtime.pool.capacity)
+            await asyncio.gather(*(worker() for _ in range(workers)))
+        finally:
+            await runtime.images.close()
 
     def run_sync(self, requests: Sequence[ModelRequest], parse: Callable[[str], Any]) -> list[ModelResult]:
         """`run` for synchronous callers; safe to call from inside a running event loop too."""

@@ -14,9 +14,10 @@ import openai
 from lenses_data.config.models import RetryConfig
 from lenses_data.models import types as codes
 
-# httpx's connection pool scans every connection on each request, so one pool holding 256
-# keep-alive connections costs O(256) per request; shards of this many keep that scan short.
-CONNECTIONS_PER_SHARD = 32
+# httpx's connection pool checks every connection (a getpeername and a poll each) on each request,
+# so one pool of 256 keep-alive connections costs O(256) per request; shards of 8 keep it short
+# (measured with 512 px image requests: 20 % fewer function calls per request than shards of 32).
+CONNECTIONS_PER_SHARD = 8
 
 
 @dataclass

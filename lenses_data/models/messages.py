@@ -5,9 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import re
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,33 +47,6 @@ def load_image(path: str) -> LoadedImage:
     mime = sniff_mime(data)
     digest = hashlib.sha256(data).hexdigest()
     return LoadedImage(digest, f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}")
-
-
-class ImageCache:
-    """The last `size` images loaded, by path, size and modification time: the generator and the
-    visual validator send one image with several requests, and it is read, hashed and encoded once.
-
-    Entries are a few tens of KiB (a 512 px JPEG in base64), so the default holds a few MiB."""
-
-    def __init__(self, size: int = 64) -> None:
-        self.size = size
-        self._entries: OrderedDict[tuple[str, int, int], LoadedImage] = OrderedDict()
-        self.hits = 0
-
-    def cached(self, path: str) -> tuple[tuple[str, int, int], LoadedImage | None]:
-        """(the cache key of the file as it is now, its image if already loaded)."""
-        stat = os.stat(path)
-        key = (path, stat.st_size, stat.st_mtime_ns)
-        image = self._entries.get(key)
-        if image is not None:
-            self._entries.move_to_end(key)
-            self.hits += 1
-        return key, image
-
-    def store(self, key: tuple[str, int, int], image: LoadedImage) -> None:
-        self._entries[key] = image
-        if len(self._entries) > self.size:
-            self._entries.popitem(last=False)
 
 
 # How a role asks for JSON: the server's json_schema response format (the default), or the probe's

@@ -6,7 +6,8 @@ lenses_data.config.simulator), any other schema is filled in validly (simcontent
 injected by rate and are deterministic per (request hash, attempt number) given the seed, where
 the attempt number is how many times this exact request was seen before; so retries can succeed
 and tests are reproducible. Every answer is marked simulated (`system_fingerprint` and a
-`simulated/` model prefix). GET /sim/stats reports calls per request hash.
+`simulated/` model prefix). GET /sim/stats reports calls per request hash; GET /sim/requests the
+last request bodies when `record_requests` is set (images shortened to their size and hash).
 
 Server faults (`SimServerFaults`, opt-in) reproduce what real OpenAI-compatible servers do to this
 pipeline on every attempt, not by chance: HTTP 500 on `response_format` json_schema, a structured
@@ -30,6 +31,7 @@ import json
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -48,6 +50,7 @@ from lenses_data.models.simfaults import (
     server_fault,
     truncated_json,
 )
+from lenses_data.models.simrecord import recorded_body
 from lenses_data.models.types import KEY_HEADER, SIMULATED_MODEL_PREFIX
 
 FAULT_KINDS = (
@@ -85,6 +88,12 @@ class SimConfig(BaseModel):
         "passes): proves a client's concurrency without depending on timing",
     )
     hold_timeout_s: float = 20.0
+    record_requests: int = Field(
+        default=0,
+        ge=0,
+        description="Keep the last N request bodies (image data replaced by its size and hash) for "
+        "GET /sim/requests; 0 (the default) keeps none, so long benchmarks pay nothing",
+    )
     models: list[str] = Field(
         default_factory=lambda: ["OpenGVLab/InternVL3_5-38B", "Qwen/Qwen2.5-32B-Instruct"]
     )
@@ -151,6 +160,11 @@ class SimState:
         self.max_in_flight = 0
         self.filled: asyncio.Event | None = None  # created in the server's loop on first use
         self.clock = ReplicaClock(config.replicas)
+        self.recorded: deque[dict[str, Any]] = deque(maxlen=config.record_requests or None)
+
+    def record(self, key: str, body: dict[str, Any]) -> None:
+        if self.config.record_requests:
+            self.recorded.append({"key": key, "body": recorded_body(body)})
 
     def delay_for(self, digest: str, usage: dict[str, int], fault: str | None) -> float:
         """Seconds before this answer goes out: fixed latency and jitter, plus queueing and tokens."""
@@ -209,6 +223,10 @@ def create_app(config: SimConfig | None = None) -> Starlette:
             }
         )
 
+    async def requests(_: Request) -> Response:
+        """The recorded request bodies, oldest first (SimConfig.record_requests)."""
+        return JSONResponse({"requests": list(state.recorded)})
+
     async def reset(_: Request) -> Response:
         """Forget calls and counters (benchmarks reuse one server across measurements)."""
         state.calls.clear()
@@ -217,6 +235,7 @@ def create_app(config: SimConfig | None = None) -> Starlette:
         state.keys.clear()
         state.faults = dict.fromkeys(FAULT_KINDS, 0)
         state.server_faults.clear()
+        state.recorded.clear()
         state.max_in_flight = state.in_flight
         return JSONResponse({"reset": True})
 
@@ -229,6 +248,7 @@ def create_app(config: SimConfig | None = None) -> Starlette:
         attempt = state.attempts.get(identity, 0)
         state.attempts[identity] = attempt + 1
         state.keys.setdefault(digest, request.headers.get(KEY_HEADER, ""))
+        state.record(request.headers.get(KEY_HEADER, ""), body)
         script = state.config.scripted.get(request.headers.get(KEY_HEADER, ""))
         scripted = script[min(attempt, len(script) - 1)] if script else None
         fault = None
@@ -252,6 +272,7 @@ def create_app(config: SimConfig | None = None) -> Starlette:
         Route("/v1/models", models),
         Route("/health", health),
         Route("/sim/stats", stats),
+        Route("/sim/requests", requests),
         Route("/sim/reset", reset, methods=["POST"]),
         Route("/v1/chat/completions", chat, methods=["POST"]),
     ]
