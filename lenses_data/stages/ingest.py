@@ -31,6 +31,7 @@ from lenses_data.schemas import CandidateImage, Rejection
 from lenses_data.sources import SourceItem, detect_kind, iter_source
 from lenses_data.stages.base import ShardStats, shard_done
 from lenses_data.stages.ingest_exec import DecodePool, Progress, batched, ordered
+from lenses_data.stages.ingest_rows import METADATA_FIELDS, KeptImages, shards_of
 
 STAGE = "ingest"
 EXACT_DUPLICATE = "exact_duplicate"
@@ -103,11 +104,11 @@ def ingest_sources(sources: Iterable[str], run: str | Path, config: PipelineConf
     lio.rejection_path(run, STAGE, 0).unlink(missing_ok=True)
     summary = IngestSummary(run=run, sources=sources)
     started = time.monotonic()
-    items: list[SourceItem] = []
+    items: list[SourceItem | None] = []
     outcomes = _process(_numbered(sources, config, items, summary), items, run, config)
-    accepted, rejections = _collect(outcomes, items, config, started)
+    kept, rejections = _collect(outcomes, items, config, started)
     summary.seconds = time.monotonic() - started
-    _write(run, config, accepted, rejections, summary)
+    _write(run, config, kept, rejections, summary)
     return summary
 
 
@@ -160,49 +161,39 @@ def _download(client: Any, seq: int, item: SourceItem, ing: Any) -> dict:
 
 
 def _collect(
-    outcomes: Iterator[dict], items: list[SourceItem], config: PipelineConfig, started: float
-) -> tuple[list[CandidateImage], list[Rejection]]:
+    outcomes: Iterator[dict], items: list[SourceItem | None], config: PipelineConfig, started: float
+) -> tuple[KeptImages, list[Rejection]]:
     """Turn outcomes into rows; the first occurrence of an image id wins (input order)."""
-    kept: dict[str, CandidateImage] = {}
+    kept = KeptImages()
     rejections: list[Rejection] = []
     progress = Progress(config.ingest.progress_every_n, config.ingest.progress_every_s, started)
     for outcome in outcomes:
         item = items[outcome["seq"]]
+        items[outcome["seq"]] = None  # done with it: `items` must not grow with the whole run
         if not outcome["ok"]:
             rejections.append(_rejection(item, outcome))
         elif outcome["image_id"] in kept:
-            first = kept[outcome["image_id"]]
-            _fill_missing_metadata(first, item)
-            message = f"same bytes as image {first.image_id} from {first.source} (kept)"
+            image_id = outcome["image_id"]
+            kept.fill_missing_metadata(image_id, {f: getattr(item, a) for f, a in METADATA_FIELDS.items()})
+            message = f"same bytes as image {image_id} from {kept.source_of(image_id)} (kept)"
             rejections.append(
                 Rejection(
                     stage=STAGE,
-                    record_id=outcome["image_id"],
+                    record_id=image_id,
                     reason=EXACT_DUPLICATE,
                     message=message,
                     source=item.source,
-                    image_id=first.image_id,
+                    image_id=image_id,
                 )  # fmt: skip
             )
         else:
             try:
-                kept[outcome["image_id"]] = _candidate(item, outcome)
+                kept.add(_candidate(item, outcome))
             except ValidationError as error:  # metadata a reader could not make fit the schema
                 outcome = {**outcome, "reason": "invalid_metadata", "message": str(error).splitlines()[0]}
                 rejections.append(_rejection(item, outcome))
         progress.tick(len(kept), len(rejections))
-    return sorted(kept.values(), key=lambda c: c.image_id), rejections
-
-
-_METADATA_FIELDS = {"source_caption": "caption", "licence": "licence", "style": "style", "artist": "artist"}
-
-
-def _fill_missing_metadata(kept: CandidateImage, duplicate: SourceItem) -> None:
-    """The kept row stays the first occurrence, but a caption/licence only a later copy has
-    (e.g. the TSV row of a file the folder source already gave) is not thrown away."""
-    for field_name, attribute in _METADATA_FIELDS.items():
-        if getattr(kept, field_name) is None and getattr(duplicate, attribute) is not None:
-            setattr(kept, field_name, getattr(duplicate, attribute))
+    return kept, rejections
 
 
 def _rejection(item: SourceItem, outcome: dict) -> Rejection:
@@ -243,22 +234,23 @@ def _candidate(item: SourceItem, outcome: dict) -> CandidateImage:
 
 
 def _write(
-    run: Path, config: PipelineConfig, accepted: list[CandidateImage], rejections: list[Rejection],
-    summary: IngestSummary,
-) -> None:  # fmt: skip
+    run: Path, config: PipelineConfig, kept: KeptImages, rejections: list[Rejection], summary: IngestSummary
+) -> None:
     """Shards, then stale-shard cleanup, then rejection shard 0 last: it marks the work as done."""
     size = config.shard_size
-    shards = [accepted[i : i + size] for i in range(0, len(accepted), size)] or [[]]
-    for index, rows in enumerate(shards):
-        lio.write_shard(run, STAGE, index, rows, CandidateImage)
-    _remove_stale(lio.stage_dir(run, STAGE), "part-", len(shards))
+    accepted = kept.sorted_table()  # validated rows already: written as they are
+    shards = 0
+    for index, rows in enumerate(shards_of(accepted, size)):
+        lio.write_table(lio.shard_path(run, STAGE, index), rows)
+        shards += 1
+    _remove_stale(lio.stage_dir(run, STAGE), "part-", shards)
     chunks = [rejections[i : i + size] for i in range(0, len(rejections), size)] or [[]]
     for index in range(len(chunks) - 1, 0, -1):
         lio.write_rejections(run, STAGE, index, chunks[index])
     _remove_stale(run / lio.REJECTIONS_DIR, f"{STAGE}-part-", len(chunks))
     summary.accepted = len(accepted)
     summary.rejected = Counter(r.reason for r in rejections)
-    summary.shards = len(shards)
+    summary.shards = shards
     lio.atomic_write_json(lio.stage_dir(run, STAGE) / SUMMARY_FILE, summary.stats())
     lio.write_rejections(run, STAGE, 0, chunks[0])
 
