@@ -49,6 +49,11 @@ class ImagePrefetch:
         self._room = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
+    @property
+    def held(self) -> int:
+        """Images loaded (or being loaded) and not yet past their last use: the memory in use."""
+        return len(self._futures)
+
     def start(self) -> None:
         if self._order:
             self._task = asyncio.get_running_loop().create_task(self._run())
