@@ -41,11 +41,14 @@ from bench_ingest import cpu_pressure  # noqa: E402
 CHUNK = 500  # images per pool folder
 LONG_SIDE = 512
 PLANT_EVERY = 21  # every 21st image is a near-duplicate of an earlier one of its folder
+# flat, dark or low-detail photos: windows of them look alike to a 64-bit pHash
+DROPPED = frozenset({"clock", "hubble_deep_field", "moon", "page", "retina", "text"})
 _PHOTOS: list = []
+_NOISE: list = []
 
 
 def _photos() -> list:
-    """The packaged photographs, decoded once per process and capped at 1024 px (cheaper crops)."""
+    """The packaged photographs with enough detail, decoded once per process, capped at 1024 px."""
     if not _PHOTOS:
         import io
 
@@ -53,32 +56,75 @@ def _photos() -> list:
 
         from lenses_data.sample import _photo_sources
 
-        for data, _suffix, _origin in _photo_sources().values():
-            image = Image.open(io.BytesIO(data)).convert("RGB")
-            image.thumbnail((1024, 1024))
-            _PHOTOS.append(image)
+        for name, (data, _suffix, _origin) in sorted(_photo_sources().items()):
+            if name not in DROPPED:
+                image = Image.open(io.BytesIO(data)).convert("RGB")
+                image.thumbnail((1024, 1024))
+                _PHOTOS.append(image)
     return _PHOTOS
 
 
-def _cut(rng: random.Random):
-    """A random window of a random photo at 512 px long side, rotated, maybe flipped, jittered in
-    brightness and contrast (one lookup table: the pool of 100k must be cheap to make)."""
+def _noise():
+    """A grain image (RGB, one Gaussian field per channel), made once per process."""
+    if not _NOISE:
+        from PIL import Image
+
+        size = (LONG_SIDE, LONG_SIDE)
+        _NOISE.append(Image.merge("RGB", [Image.effect_noise(size, 40) for _ in range(3)]))
+    return _NOISE[0]
+
+
+def _cells(rng: random.Random, width: int, height: int) -> list[tuple[int, int, int, int]]:
+    """Split the canvas 1-4 times (guillotine cuts at 30-70%) into 2-5 boxes (x0, y0, x1, y1)."""
+    boxes = [(0, 0, width, height)]
+    for _ in range(rng.randint(1, 4)):
+        x0, y0, x1, y1 = boxes.pop(rng.randrange(len(boxes)))
+        if x1 - x0 >= y1 - y0:
+            cut = x0 + round((x1 - x0) * rng.uniform(0.3, 0.7))
+            boxes += [(x0, y0, cut, y1), (cut, y0, x1, y1)]
+        else:
+            cut = y0 + round((y1 - y0) * rng.uniform(0.3, 0.7))
+            boxes += [(x0, y0, x1, cut), (x0, cut, x1, y1)]
+    return boxes
+
+
+def _tile(rng: random.Random, width: int, height: int):
+    """A random window of a random photo, resized to width x height, maybe mirrored, with a colour
+    jitter per channel (gain and offset: one lookup table, cheap)."""
     from PIL import Image, ImageOps
 
     photo = rng.choice(_photos())
     w, h = photo.size
-    scale, aspect = rng.uniform(0.35, 0.85), rng.uniform(0.7, 1.4)
-    cw, ch = max(32, min(w, int(w * scale * aspect))), max(32, min(h, int(h * scale / aspect)))
+    ch = h * rng.uniform(0.25, 0.8)
+    cw = ch * width / height
+    if cw > w:
+        cw, ch = w, w * height / width
+    cw, ch = max(8, int(cw)), max(8, int(ch))
     x, y = rng.randint(0, w - cw), rng.randint(0, h - ch)
-    factor = LONG_SIDE / max(cw, ch)
-    tile = photo.resize(
-        (round(cw * factor), round(ch * factor)), Image.Resampling.BILINEAR, box=(x, y, x + cw, y + ch)
-    )
-    tile = tile.rotate(rng.uniform(-20, 20), Image.Resampling.NEAREST)
+    tile = photo.resize((width, height), Image.Resampling.BILINEAR, box=(x, y, x + cw, y + ch))
     if rng.random() < 0.5:
         tile = ImageOps.mirror(tile)
-    gain, offset = rng.uniform(0.75, 1.25), rng.uniform(-25, 25)
-    return tile.point([max(0, min(255, round(v * gain + offset))) for v in range(256)] * 3)
+    table = []
+    for _channel in range(3):
+        gain, offset = rng.uniform(0.6, 1.4), rng.uniform(-50, 50)
+        table += [max(0, min(255, round(v * gain + offset))) for v in range(256)]
+    return tile.point(table)
+
+
+def _collage(rng: random.Random):
+    """A 512 px (long side) collage of 2-5 jittered windows from different photos, with grain."""
+    from PIL import Image
+
+    aspect = rng.uniform(0.67, 1.5)
+    width, height = (
+        (LONG_SIDE, round(LONG_SIDE / aspect)) if aspect >= 1 else (round(LONG_SIDE * aspect), LONG_SIDE)
+    )
+    canvas = Image.new("RGB", (width, height))
+    for x0, y0, x1, y1 in _cells(rng, width, height):
+        canvas.paste(_tile(rng, x1 - x0, y1 - y0), (x0, y0))
+    dx, dy = rng.randint(0, LONG_SIDE - width), rng.randint(0, LONG_SIDE - height)
+    grain = _noise().crop((dx, dy, dx + width, dy + height))
+    return Image.blend(canvas, grain, rng.uniform(0.03, 0.12))
 
 
 def make_chunk(task: tuple[str, int]) -> tuple[int, int]:
@@ -94,12 +140,17 @@ def make_chunk(task: tuple[str, int]) -> tuple[int, int]:
             image = source.resize((source.width * 9 // 10, source.height * 9 // 10))
             quality, planted = 70, planted + 1
         else:
-            image, quality = _cut(rng), 90
+            image, quality = _collage(rng), 90
             recent = [*recent[-(PLANT_EVERY - 2) :], image]
         path = folder / f"img{i:04d}.jpg"
         image.save(path, "JPEG", quality=quality)
         size += path.stat().st_size
     return size, planted
+
+
+def planted_in(count: int) -> int:
+    """Planted near-duplicates among the first `count` images (same positions in every folder)."""
+    return count // CHUNK * sum(1 for i in range(CHUNK) if i % PLANT_EVERY == PLANT_EVERY - 1)
 
 
 def make_pool(root: Path, count: int, processes: int = 2) -> tuple[int, int]:
@@ -132,25 +183,54 @@ def write_config(path: Path, run: Path, pool: Path, sim_url: str) -> None:
     path.write_text(json.dumps(config))  # JSON is YAML
 
 
-def tree_rss(process: psutil.Process) -> int:
-    """RSS of a process and all its descendants (shared pages count once per process: an upper bound)."""
-    total = 0
+def _role(proc: psutil.Process, root: int) -> str:
+    """Which part of the build a process is: the coordinator, Prefect's temporary API server, or a
+    helper (decode workers, the multiprocessing resource tracker)."""
+    if proc.pid == root:
+        return "coordinator"
+    try:
+        line = " ".join(proc.cmdline())
+    except psutil.Error:
+        return "worker"
+    if "prefect" in line or "uvicorn" in line:
+        return "prefect_server"
+    return "tracker" if "resource_tracker" in line else "worker"
+
+
+def tree_rss(process: psutil.Process) -> dict[str, int]:
+    """RSS by role over a process and all its descendants (shared pages count once per process)."""
+    roles: dict[str, int] = {}
     for proc in [process, *process.children(recursive=True)]:
         try:
-            total += proc.memory_info().rss
+            rss = proc.memory_info().rss
         except psutil.Error:
-            pass
-    return total
+            continue
+        role = _role(proc, process.pid)
+        roles[role] = roles.get(role, 0) + rss
+    return roles
+
+
+def _current(run: Path, stages: list[str]) -> str:
+    return next((s for s in stages if not (run / s / "_SUCCESS.json").exists()), "done")
 
 
 def watch(command: list[str], run: Path, stages: list[str], log: Path) -> dict:
-    """Run the build; sample the tree's RSS and note each stage marker's time."""
+    """Run the build; sample RSS by role (and per running stage) and note each stage marker's time."""
     started = time.time()
+    peak, at_peak, roles, per_stage = 0, {}, {}, {}
     with log.open("w") as out:
         child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-        proc, peak = psutil.Process(child.pid), 0
+        proc = psutil.Process(child.pid)
         while child.poll() is None:
-            peak = max(peak, tree_rss(proc))
+            sample, stage = tree_rss(proc), _current(run, stages)
+            total = sum(sample.values())
+            if total > peak:
+                peak, at_peak = total, sample
+            for role, rss in sample.items():
+                roles[role] = max(roles.get(role, 0), rss)
+            row = per_stage.setdefault(stage, {"tree": 0, "coordinator": 0})
+            row["tree"] = max(row["tree"], total)
+            row["coordinator"] = max(row["coordinator"], sample.get("coordinator", 0))
             time.sleep(0.5)
     if child.returncode:
         kept = Path("/tmp") / f"failed-{log.name}"
@@ -159,7 +239,8 @@ def watch(command: list[str], run: Path, stages: list[str], log: Path) -> dict:
     ends = {
         s: (run / s / "_SUCCESS.json").stat().st_mtime for s in stages if (run / s / "_SUCCESS.json").exists()
     }
-    return {"started": started, "ends": ends, "wall": time.time() - started, "peak_rss": peak}
+    return {"started": started, "ends": ends, "wall": time.time() - started, "peak_rss": peak,
+            "peak_roles": at_peak, "role_peaks": roles, "stage_rss": per_stage}  # fmt: skip
 
 
 def journal_counts(run: Path) -> tuple[dict[str, int], int]:
@@ -186,14 +267,14 @@ def rehearse(size: int, pools: Path, work: Path, sim_args: list[str], logs: Path
         write_config(work / f"n{size}.yaml", run, pool, sim_url)
         command = [sys.executable, "-m", "lenses_data.cli", "run", "--config", str(work / f"n{size}.yaml")]
         stages = pipeline_order(config_from_dict({}, environ={}))
-        pressure = cpu_pressure()
+        pressure, commit = cpu_pressure(), _commit()
         result = watch(command, run, stages, work / f"run{size}.log")
         result["sim_rss"] = psutil.Process(sim.pid).memory_info().rss
         shutil.copy(work / f"run{size}.log", logs / f"run{size}.log")  # the build's output outlives the pool
     finally:
         sim.kill()
         sim.wait()
-    result["pressure"] = (pressure, cpu_pressure())
+    result["pressure"], result["commit"] = (pressure, cpu_pressure()), commit
     result["funnel"] = funnel(logs / f"run{size}.log")
     result["requests"], result["journal_bytes"] = journal_counts(run)
     previous, result["stages"] = result["started"], {}
@@ -202,6 +283,17 @@ def rehearse(size: int, pools: Path, work: Path, sim_args: list[str], logs: Path
         if end is not None:
             result["stages"][stage], previous = end - previous, end
     return result
+
+
+def _commit() -> str:
+    """HEAD of the checkout `lenses run` imports from (others may commit during a long run)."""
+    repo = Path(__file__).resolve().parent.parent
+    out = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
+    dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()  # fmt: skip
+    return out.stdout.strip() + (" (plus uncommitted edits)" if dirty else "")
 
 
 def funnel(log: Path) -> dict:
@@ -230,6 +322,7 @@ def report(sizes: list[int], results: dict[int, dict], pool_info: tuple[int, int
         rows.append(f"| {stage} | {ta:,.1f} | {tb:,.1f} | {ratio} | {ra:,} / {rb:,} | {rates} |")
     growth = b["wall"] / a["wall"]
     count, total_bytes, planted = pool_info
+    planted = planted_in(count)
     lines = [
         "## Rehearsal: the whole build at " + " and ".join(f"{n:,}" for n in sizes) + " candidates",
         "",
@@ -262,6 +355,28 @@ def report(sizes: list[int], results: dict[int, dict], pool_info: tuple[int, int
             for n in (small, large)
         )
         + ".",
+        "- Near-duplicates planted / removed by dedupe: "
+        + "; ".join(
+            f"{n:,}: {planted_in(n):,} / {results[n]['funnel'].get('dedupe', {}).get('rejected', 0):,}"
+            for n in (small, large)
+        )
+        + ".",
+        "- Peak RSS by process role (each role's own peak): "
+        + "; ".join(
+            f"{n:,}: " + ", ".join(f"{k} {_mb(v)}" for k, v in results[n]["role_peaks"].items())
+            for n in (small, large)
+        )
+        + ".",
+        "- Peak RSS while each stage ran (tree / coordinator) at "
+        + "; ".join(
+            f"{n:,}: "
+            + ", ".join(
+                f"{k} {_mb(v['tree'])} / {_mb(v['coordinator'])}" for k, v in results[n]["stage_rss"].items()
+            )
+            for n in (small, large)
+        )
+        + ".",
+        f"- Commit measured (HEAD when each build started): {a['commit']} / {b['commit']}.",
         f"- Journal (`RUN/journal`, all stages): {_mb(a['journal_bytes'])} at {small:,}, "
         f"{_mb(b['journal_bytes'])} at {large:,}.",
         "- A stage's time runs from the previous stage's `_SUCCESS.json` to its own; ingest includes "
@@ -301,6 +416,8 @@ def main() -> None:
         for size in sizes:
             results[size] = rehearse(size, work / "pools", work, args.sim_args, Path(args.logs))
             print(json.dumps({"size": size, **results[size]}, default=str), flush=True)
+            saved = {"pool": [sizes[-1], total_bytes, planted], "results": results}
+            (Path(args.logs) / "results.json").write_text(json.dumps(saved, default=str))
     text = report(sizes, results, (sizes[-1], total_bytes, planted), args)
     print(text)
     if args.write:

@@ -159,14 +159,66 @@ class RulesStage(ShardedStage):
         return process_shard(frame, None, self.config)
 
     def extra_stats(self, run: Path) -> dict[str, Any]:
-        given = io.read_stage(run, self.input_stage, LensText)
-        kept = io.read_stage(run, STAGE, LensText, require_complete=False)
+        """Per-kind coverage and flag counts, one shard at a time: a rules shard holds the texts of
+        the same images as the generate shard of its name, and every statistic is a sum."""
         settings = _settings(self.config)
-        return {
-            "idiom_rules": settings.idiom_rules,
-            "per_kind": summarize_report(image_report(given, kept, settings.idiom_target_share)),
-            "flags": flag_counts(kept),
+        totals: dict[str, dict[str, int]] = {}
+        flags: dict[str, dict[str, int]] = {}
+        for given_path in io.stage_shards(run, self.input_stage):
+            kept_path = io.stage_dir(run, STAGE) / given_path.name
+            given = _read_columns(given_path, ("image_id", "kind", "lens"))
+            kept = _read_columns(kept_path, ("image_id", "kind", "lens", "idioms", "flags"))
+            _add_report(totals, image_report(given, kept, settings.idiom_target_share))
+            for kind, counts in flag_counts(kept).items():
+                mine = flags.setdefault(kind, {})
+                for code, count in counts.items():
+                    mine[code] = mine.get(code, 0) + count
+        return {"idiom_rules": settings.idiom_rules, "per_kind": _summary(totals), "flags": flags}
+
+
+def _read_columns(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
+    """Only the named columns of one shard, typed as `read_stage` types them; empty if it is absent."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from lenses_data.schemas import arrow_schema
+
+    full = arrow_schema(LensText)
+    schema = pa.schema([full.field(name) for name in columns])
+    if not path.exists():
+        return io.typed_frame(schema.empty_table())
+    return io.typed_frame(pq.read_table(path, columns=list(columns), schema=schema))
+
+
+_SUMS = ("images", "idiomatic", "kept", "meeting", "lost", "all_five")
+
+
+def _add_report(totals: dict[str, dict[str, int]], report: pd.DataFrame) -> None:
+    """Add one shard's per-image report to the running per-kind sums."""
+    if report.empty:
+        return
+    for kind, group in report.groupby("kind"):
+        row = totals.setdefault(kind, dict.fromkeys(_SUMS, 0))
+        row["images"] += len(group)
+        row["idiomatic"] += int(group["idiomatic"].sum())
+        row["kept"] += int(group["kept"].sum())
+        row["meeting"] += int(group["meets_idiom_target"].sum())
+        row["lost"] += int((group["lenses_lost"].str.len() > 0).sum())
+        row["all_five"] += int((group["lenses_missing"].str.len() == 0).sum())
+
+
+def _summary(totals: dict[str, dict[str, int]]) -> dict[str, Any]:
+    """The sums as `summarize_report` words them, kinds in sorted order."""
+    return {
+        kind: {
+            "images": row["images"],
+            "idiomatic_share": round(float(row["idiomatic"] / row["kept"]), 4) if row["kept"] else None,
+            "images_meeting_idiom_target": row["meeting"],
+            "images_with_lens_lost_to_rules": row["lost"],
+            "images_with_all_five_lenses": row["all_five"],
         }
+        for kind, row in sorted(totals.items())
+    }
 
 
 def flag_counts(texts: pd.DataFrame) -> dict[str, dict[str, int]]:
