@@ -108,6 +108,20 @@ def typed_parquet(path: Path, frame: pd.DataFrame, model: type[BaseModel]) -> Pa
     return io.write_table(path, table)
 
 
+def read_columns(
+    run: Path, stage: str, model: type[BaseModel], columns: tuple[str, ...], *, require_complete: bool = True
+) -> pd.DataFrame:
+    """Only the named columns of a stage's shards, typed as `io.read_stage` types them: at 100k
+    candidates the export needs a few columns of ingest and filter, not their hashes and answers."""
+    import pyarrow.parquet as pq
+
+    full = arrow_schema(model)
+    schema = pa.schema([full.field(name) for name in columns])
+    paths = io.stage_shards(run, stage, require_complete=require_complete)
+    tables = [pq.read_table(path, columns=list(columns), schema=schema) for path in paths]
+    return io.typed_frame(pa.concat_tables(tables) if tables else schema.empty_table())
+
+
 def final_texts(texts: pd.DataFrame, kind: str) -> pd.DataFrame:
     chosen = texts[texts["kind"] == kind].copy()
     chosen["original_text"] = chosen["original_text"].where(chosen["original_text"].notna(), chosen["text"])
@@ -121,9 +135,11 @@ def final_images(run: Path, texts: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
     """Images the filter passed and the split stage assigned that kept at least one text; the
     others of those become rejections (`no_texts_left`)."""
     splits = io.read_stage(run, "split", SplitAssignment)
-    decisions = io.read_stage(run, "filter", FilterDecision)
+    decisions = read_columns(run, "filter", FilterDecision, ("image_id", "passed"))
     splits = splits[splits["image_id"].isin(set(decisions.loc[decisions["passed"], "image_id"]))]
-    ingest = io.read_stage(run, "ingest", CandidateImage)[["image_id", "path", "width", "height", "source", "licence"]]
+    del decisions
+    wanted = ("image_id", "path", "width", "height", "source", "licence")
+    ingest = read_columns(run, "ingest", CandidateImage, wanted)
     images = splits.merge(ingest.drop_duplicates("image_id"), on="image_id", how="left")
     images["path"] = images["path"].map(lambda p: str(Path(p).resolve()) if isinstance(p, str) else p)
     with_texts = set(texts["image_id"])
@@ -245,13 +261,16 @@ def export_dataset(run: str | Path, out: str | Path, config: Any = None) -> dict
     texts = io.read_stage(run, FINAL_STAGE, LensText)
     captions, prompts = final_texts(texts, "caption"), final_texts(texts, "prompt")
     images, empty = final_images(run, texts)
+    # Only what the manifest needs of the whole table, so captions and prompts are the one copy held.
+    text_models, texts_simulated = texts[["model"]], bool(texts["simulated"].any())
+    del texts
     rejections = (
         pd.concat([io.read_rejections(run), empty], ignore_index=True)
         if len(empty)
         else io.read_rejections(run)
     )
-    filters = io.read_stage(run, "filter", require_complete=False)
-    simulated = bool(texts["simulated"].any()) or bool(len(filters) and filters["simulated"].any())
+    filters = read_columns(run, "filter", FilterDecision, ("model", "simulated"), require_complete=False)
+    simulated = texts_simulated or bool(len(filters) and filters["simulated"].any())
 
     typed_parquet(out / "images.parquet", images, ExportImage)
     typed_parquet(out / "captions.parquet", captions, ExportText)
@@ -267,7 +286,7 @@ def export_dataset(run: str | Path, out: str | Path, config: Any = None) -> dict
     manifest = Manifest(
         created_at=dt.datetime.now(dt.UTC),
         config=config.model_dump(mode="json") if hasattr(config, "model_dump") else {},
-        models=model_info(config, texts, set(filters["model"]) if len(filters) else set()),
+        models=model_info(config, text_models, set(filters["model"]) if len(filters) else set()),
         prompt_hashes=all_prompt_hashes(),
         package_versions=package_versions(),
         counts=stage_counts(run),
@@ -296,7 +315,14 @@ class ExportStage:
     name = STAGE
     input_stage = FINAL_STAGE
     reads = tuple(LensText.model_fields)
-    writes = ("images.parquet", "captions.parquet", "prompts.parquet", "rejections.parquet", "manifest.json", "hf")
+    writes = (
+        "images.parquet",
+        "captions.parquet",
+        "prompts.parquet",
+        "rejections.parquet",
+        "manifest.json",
+        "hf",
+    )
 
     def __init__(self, config: Any, client: Any = None) -> None:
         self.config = config
