@@ -2,6 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.lenses-installed
+TEST_STAMP := $(VENV)/.lenses-test-installed
 PYTEST_ARGS ?=
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -11,19 +12,23 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
 install: $(STAMP)
 
-# The realserver extra (llama-cpp-python, for one slow test) compiles from source: a few minutes the
-# first time, then pip's wheel cache. GGML_NATIVE=OFF: a portable build (native segfaults on these CPUs).
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -e '.[train,dev]'
-	CMAKE_ARGS=-DGGML_NATIVE=OFF $(PY) -m pip install -q -c constraints.txt -e '.[realserver]'
 	touch $(STAMP)
+
+# Only the tests need the realserver extra (llama-cpp-python, for the slow real-server test). It
+# compiles from source: a few minutes the first time, then pip's wheel cache. GGML_NATIVE=OFF: a
+# portable build (the native one segfaults on these CPUs).
+$(TEST_STAMP): $(STAMP)
+	CMAKE_ARGS=-DGGML_NATIVE=OFF $(PY) -m pip install -q -c constraints.txt -e '.[realserver]'
+	touch $(TEST_STAMP)
 
 run: install
 	$(VENV)/bin/lenses run --sample
 
-test: install
+test: $(TEST_STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
 
