@@ -146,9 +146,14 @@ class Prober:
             {"type": "text", "text": "What colour is this image? One word."},
             {"type": "image_url", "image_url": {"url": _probe_image_uri()}},
         ]
-        answer = await self.ask(content, max_tokens=8)
+        # As the role's real requests do: a server that refuses the role's processor settings
+        # (e.g. the filter's one-tile `mm_processor_kwargs`) must fail here, not on every request.
+        processor = dict(self.role.mm_processor_kwargs)
+        extra_body = {"mm_processor_kwargs": processor} if processor else None
+        answer = await self.ask(content, max_tokens=8, extra_body=extra_body)
         if answer.answered:
-            return Check("image", "ok", "image part accepted")
+            what = f"image part with mm_processor_kwargs {processor}" if processor else "image part"
+            return Check("image", "ok", f"{what} accepted")
         await self.down_unless_plain_works(answer)
         return Check("image", "fail", f"image part refused ({answer.message[:120]}); no fallback")
 

@@ -167,3 +167,19 @@ def test_check_command_reports_and_gates(simulator, tmp_path: Path, capsys) -> N
     code = main(["check", "--config", str(_write_config(tmp_path, dead)), "--role", "validator"])
     captured = capsys.readouterr()
     assert code == 1 and dead in captured.out and "endpoint" in captured.out
+
+
+def test_image_probe_sends_the_roles_processor_settings(simulator) -> None:
+    """A server refusing the filter's one-tile setting must fail the probe, not every request."""
+    import httpx
+
+    with simulator(record_requests=50) as url:
+        config = sim_models_config([url])
+        one_tile = config.filter.model_copy(update={"mm_processor_kwargs": {"max_dynamic_patch": 1}})
+        config = config.model_copy(update={"filter": one_tile})
+        (report,) = probe.check_roles(config, ["filter"])
+        recorded = httpx.get(url.removesuffix("/v1") + "/sim/requests", timeout=5).json()["requests"]
+    bodies = [entry["body"] for entry in recorded]
+    assert report.ok
+    with_image = [b for b in bodies if any(isinstance(m["content"], list) for m in b["messages"])]
+    assert with_image and all(b.get("mm_processor_kwargs") == {"max_dynamic_patch": 1} for b in with_image)
