@@ -219,14 +219,23 @@ def _flags_section(captions: pd.DataFrame, prompts: pd.DataFrame, manifest: dict
 
 def diversity(captions: pd.DataFrame) -> pd.DataFrame:
     """Lexical diversity of captions: length, vocabulary, distinct-n, within-image similarity."""
-    texts = list(captions["text"])
-    tokens = [[w.lower() for w in rules.words(t)] for t in texts]
-    stats: dict[str, Any] = {"Captions": len(texts)}
-    stats["Mean words"] = float(sum(map(len, tokens)) / len(tokens)) if tokens else float("nan")
-    stats["Vocabulary"] = len({w for t in tokens for w in t})
-    for n in (1, 2):
-        grams = [tuple(t[i : i + n]) for t in tokens for i in range(len(t) - n + 1)]
-        stats[f"Distinct-{n}"] = len(set(grams)) / len(grams) if grams else float("nan")
+    # One caption at a time: only the distinct words and n-grams are kept, never every caption's
+    # token list (at 100k candidates that list was the export's memory peak).
+    count, words, vocabulary = 0, 0, set()
+    distinct: dict[int, set] = {1: set(), 2: set()}
+    grams = dict.fromkeys(distinct, 0)
+    for text in captions["text"]:
+        tokens = [w.lower() for w in rules.words(text)]
+        count, words = count + 1, words + len(tokens)
+        vocabulary.update(tokens)
+        for n, seen in distinct.items():
+            seen.update(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
+            grams[n] += max(0, len(tokens) - n + 1)
+    stats: dict[str, Any] = {"Captions": count}
+    stats["Mean words"] = float(words / count) if count else float("nan")
+    stats["Vocabulary"] = len(vocabulary)
+    for n, seen in distinct.items():
+        stats[f"Distinct-{n}"] = len(seen) / grams[n] if grams[n] else float("nan")
     sims = []
     sample = sorted(captions["image_id"].unique())[:DIVERSITY_SAMPLE]
     by_image = captions[captions["image_id"].isin(sample)].groupby("image_id")["text"]

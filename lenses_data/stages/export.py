@@ -131,6 +131,31 @@ def final_texts(texts: pd.DataFrame, kind: str) -> pd.DataFrame:
     return chosen.sort_values(["image_id", "lens", "text_id"]).reset_index(drop=True)
 
 
+def read_final_texts(run: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """captions, prompts, and one row per distinct (image_id, model, simulated) of the final texts.
+
+    The texts are read as one Arrow table (~0.4 KB a text) and only one kind at a time becomes
+    pandas objects (~2 KB a text): at 100k candidates (~400k texts) holding every text as objects
+    plus the per-kind copies is what made export the build's memory peak."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    schema = arrow_schema(LensText)
+    paths = io.stage_shards(run, FINAL_STAGE)
+    table = (
+        pa.concat_tables([pq.read_table(p, schema=schema) for p in paths]) if paths else schema.empty_table()
+    )
+    light = (
+        table.select(["image_id", "model", "simulated"])
+        .group_by(["image_id", "model", "simulated"])
+        .aggregate([])
+    )
+    kinds = {}
+    for kind in ("caption", "prompt"):
+        kinds[kind] = final_texts(io.typed_frame(table.filter(pc.equal(table["kind"], kind))), kind)
+    return kinds["caption"], kinds["prompt"], light.to_pandas()
+
+
 def final_images(run: Path, texts: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Images the filter passed and the split stage assigned that kept at least one text; the
     others of those become rejections (`no_texts_left`)."""
@@ -258,10 +283,8 @@ def export_dataset(run: str | Path, out: str | Path, config: Any = None) -> dict
     from lenses_data.card_meta import card_metadata, licence_counts
 
     run, out = Path(run), Path(out)
-    texts = io.read_stage(run, FINAL_STAGE, LensText)
-    captions, prompts = final_texts(texts, "caption"), final_texts(texts, "prompt")
+    captions, prompts, texts = read_final_texts(run)  # texts: distinct image_id, model, simulated
     images, empty = final_images(run, texts)
-    # Only what the manifest needs of the whole table, so captions and prompts are the one copy held.
     text_models, texts_simulated = texts[["model"]], bool(texts["simulated"].any())
     del texts
     rejections = (
