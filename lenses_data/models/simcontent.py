@@ -237,17 +237,6 @@ def request_schema(body: dict[str, Any]) -> dict[str, Any] | None:
     return structured.get("json") or body.get("guided_json")
 
 
-def faulty_content(kind: str, content: str, body: dict[str, Any]) -> tuple[str, str]:
-    if kind == "empty":
-        return "", "stop"
-    if kind == "truncated":
-        return content[: max(1, len(content) // 2)], "length"
-    if kind == "malformed_json":
-        return ("MAYBE?" if request_choices(body) else content.rstrip("}]") + ', "oops'), "stop"
-    return (
-        "PERHAPS" if request_choices(body) else json.dumps({"unexpected": [1, 2, 3]})
-    ), "stop"  # schema_invalid
-
 
 def completion_payload(body: dict[str, Any], contents: list[tuple[str, str]]) -> dict[str, Any]:
     words = sum(len(c.split()) for c, _ in contents)
