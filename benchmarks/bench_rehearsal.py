@@ -4,11 +4,12 @@
     .venv/bin/python benchmarks/bench_rehearsal.py --sizes 500            # smoke run (~1 min)
 
 The pool is generated here, in a temporary directory that is deleted at the end (never committed):
-real photographs from installed packages (`lenses_data.sample._photo_sources`), cut at random
-windows, rotated, flipped, colour-jittered and resized to 512 px on the long side, in folders of
-CHUNK images; one image in 21 is a planted near-duplicate (an earlier image of its folder, scaled
-to 90% and re-encoded at lower quality). The largest pool is generated once; a smaller size uses
-hard links to its first folders, so every size sees the same images.
+collages of 2-5 windows of real photographs from installed packages (`lenses_data.sample._photo_sources`,
+minus the flat or dark ones whose windows hash alike), each window colour-jittered and maybe mirrored,
+with grain, 512 px on the long side, in folders of CHUNK images; one image in 21 is a planted
+near-duplicate (an earlier image of its folder, scaled to 90% and re-encoded at lower quality). The
+largest pool is generated once; a smaller size uses hard links to its first folders, so every size
+sees the same images.
 
 For each size a fresh `lenses simulate` runs in its own process with the latency model (replicas,
 prefill and decode tokens/s per replica) and `lenses run --config` builds the dataset in a
