@@ -17,15 +17,21 @@ through `LegacyJournal`, opened read-only.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Protocol
+from itertools import islice
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass
@@ -210,17 +216,73 @@ def shard_journal_path(run: str | os.PathLike[str], stage: str, shard: int) -> P
     return Path(run) / JOURNAL_DIR / stage / f"part-{shard:05d}.jsonl"
 
 
-def read_run_journal(run: str | os.PathLike[str]) -> Iterator[JournalEntry]:
-    """Every entry of a run: all per-shard files plus any legacy journal, one (best) entry per hash."""
+def _parse(line: str) -> JournalEntry | None:
+    try:
+        return JournalEntry(**json.loads(line))
+    except (json.JSONDecodeError, TypeError):
+        return None  # torn write from a killed process
+
+
+def _run_sources(run: str | os.PathLike[str]) -> list[Callable[[], Iterator[JournalEntry]]]:
+    """The run's entries as sources read in order: each shard file, then any legacy journal."""
     root = Path(run) / JOURNAL_DIR
-    index: dict[str, JournalEntry] = {}
-    for path in sorted(root.glob("*/part-*.jsonl")):
-        _load_jsonl(path, index)
-    if root.exists():
-        for entry in LegacyJournal(root).entries():
-            if _prefer(index.get(entry.hash), entry):
-                index[entry.hash] = entry
-    return iter(list(index.values()))
+
+    def lines(path: Path) -> Iterator[JournalEntry]:
+        with open(path, encoding="utf-8") as handle:
+            yield from filter(None, map(_parse, handle))
+
+    sources: list[Callable[[], Iterator[JournalEntry]]] = [
+        partial(lines, path) for path in sorted(root.glob("*/part-*.jsonl"))
+    ]
+    if any(root.glob("answers-*.jsonl")) or (root / "answers.sqlite").exists():
+        legacy = LegacyJournal(root)  # older runs only: read whole, as before
+        sources.append(legacy.entries)
+    return sources
+
+
+def _winners(sources: list[Callable[[], Iterator[JournalEntry]]]) -> tuple[np.ndarray, list[int]]:
+    """Which entries (numbered in reading order) are their hash's best: the last success if there
+    is one, else the last failure, as `_prefer` applied in reading order leaves it; and how many
+    entries each source had. Only 16 bytes of digest and a flag are kept per entry, never the
+    entries themselves."""
+    import numpy as np
+
+    digests, ok, counts = bytearray(), bytearray(), []
+    for source in sources:
+        before = len(ok)
+        for entry in source():
+            digests += hashlib.blake2b(entry.hash.encode(), digest_size=16).digest()
+            ok.append(entry.status == "ok")
+        counts.append(len(ok) - before)
+    count = len(ok)
+    keys = np.frombuffer(bytes(digests), dtype=">u8").reshape(count, 2)
+    flags = np.frombuffer(bytes(ok), dtype=np.uint8)
+    # Sorted by hash, then ok, then position: a hash's best entry is the last of its run.
+    order = np.lexsort((np.arange(count), flags, keys[:, 1], keys[:, 0]))
+    ranked = keys[order]
+    last = np.ones(count, dtype=bool)
+    last[:-1] = (ranked[1:] != ranked[:-1]).any(axis=1)
+    winners = np.zeros(count, dtype=bool)
+    winners[order[last]] = True
+    return winners, counts
+
+
+def read_run_journal(run: str | os.PathLike[str]) -> Iterator[JournalEntry]:
+    """Every entry of a run: all per-shard files plus any legacy journal, one (best) entry per hash.
+
+    Streamed: a first pass finds each hash's best entry, a second yields those entries file by
+    file, so callers that aggregate (usage totals, `lenses plan`) hold one entry at a time. At 100k
+    candidates the journal is ~220 MiB on disk, and holding every entry was most of export's peak.
+    Entries come in reading order of each hash's best entry. Lines appended between the passes (a
+    live run) are left for the next reading."""
+    sources = _run_sources(run)
+    winners, counts = _winners(sources)
+    base = 0
+    for source, count in zip(sources, counts, strict=True):
+        for offset, entry in enumerate(islice(source(), count)):
+            if winners[base + offset]:
+                yield entry
+        base += count
 
 
 def usage_totals(journal: Journal | Iterable[JournalEntry]) -> dict[str, dict[str, int]]:

@@ -120,6 +120,52 @@ def test_older_run_journals_stay_readable(tmp_path: Path) -> None:
     assert usage_totals(read_run_journal(tmp_path))["m"]["requests"] == 4
 
 
+def _whole_run_in_one_dict(run: Path) -> dict[str, JournalEntry]:
+    """The reading `read_run_journal` replaced: every file into one dict, best entry per hash."""
+    index: dict[str, JournalEntry] = {}
+    root = run / "journal"
+    paths = sorted(root.glob("*/part-*.jsonl"))
+    older = list(LegacyJournal(root).entries())
+    for entry in [e for path in paths for e in ShardJournal(path).entries()] + older:
+        current = index.get(entry.hash)
+        if current is None or current.status != "ok" or entry.status == "ok":
+            index[entry.hash] = entry
+    return index
+
+
+def test_streamed_run_journal_equals_reading_every_file_at_once(tmp_path: Path) -> None:
+    """Several stages and shards, the same request in several files (success before and after a
+    failure, failures only), repeats inside a file, a torn last line and an older run's journal."""
+    rng = random.Random(17)
+    models = ("m", "other")
+    histories: dict[str, list[str]] = {}
+    for stage, shards in (("filter", 4), ("generate", 3), ("validate", 2)):
+        for shard in range(shards):
+            journal = ShardJournal(shard_journal_path(tmp_path, stage, shard))
+            for n in range(60):
+                h = f"h{rng.randrange(150)}"  # ~150 hashes over ~540 lines: many in several files
+                status = rng.choice(("ok", "ok", "failed"))
+                entry = _entry(h, status=status, raw=f"{stage}{shard}-{n}")
+                entry.model = models[int(h[1:]) % 2]
+                entry.usage = {"prompt_tokens": rng.randrange(1, 500), "completion_tokens": rng.randrange(9)}
+                journal.put(entry)
+                histories.setdefault(h, []).append(status)
+            journal.close()
+    with shard_journal_path(tmp_path, "generate", 1).open("a") as handle:
+        handle.write('{"hash": "torn", "key": "k-torn", "ro')
+    _legacy_sqlite(tmp_path / "journal", [_entry("h3", status="failed"), _entry("legacy-only")])
+    mixed = [h for h, seen in histories.items() if "ok" in seen and "failed" in seen]
+    assert len(mixed) > 20 and any("ok" not in seen for seen in histories.values())
+
+    expected = _whole_run_in_one_dict(tmp_path)
+    streamed = list(read_run_journal(tmp_path))
+    assert len(streamed) == len({e.hash for e in streamed}) == len(expected)
+    assert {e.hash: asdict(e) for e in streamed} == {h: asdict(e) for h, e in expected.items()}
+    totals = usage_totals(read_run_journal(tmp_path))
+    assert totals == usage_totals(expected.values())
+    assert sum(bucket["requests"] for bucket in totals.values()) == len(histories) + 1  # + legacy-only
+
+
 # ---------------------------------------------------------------------------------------------
 # One shared test for every journal reader: each gets the same history of answers to one request
 # (stored the way that backend stores it) and must return the same entry: a success if there
