@@ -20,8 +20,13 @@ $(STAMP): pyproject.toml constraints.txt
 
 # Only the tests need the realserver extra (llama-cpp-python, for the slow real-server test). It
 # compiles from source: a few minutes the first time, then pip's wheel cache. GGML_NATIVE=OFF: a
-# portable build (the native one segfaults on these CPUs).
+# portable build (the native one segfaults on these CPUs). The report's browser test drives Debian's
+# chromium through chromedriver: installed with apt-get when missing (CI runs as root).
 $(TEST_STAMP): $(STAMP)
+	if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+	  DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium chromium-driver; \
+	fi
 	CMAKE_ARGS=-DGGML_NATIVE=OFF $(PY) -m pip install -q -c constraints.txt -e '.[realserver]'
 	touch $(TEST_STAMP)
 
