@@ -153,7 +153,8 @@ class SimState:
         self.calls: dict[str, int] = {}
         self.attempts: dict[str, int] = {}  # per request identity: re-asks count as later attempts
         self.answers: dict[str, int] = {}  # fault-free answers per request identity
-        self.keys: dict[str, str] = {}
+        self.keys: dict[str, str] = {}  # request body digest -> key header (matches `calls`)
+        self.answer_keys: dict[str, str] = {}  # request identity -> key header (matches `answers`)
         self.faults: dict[str, int] = dict.fromkeys(FAULT_KINDS, 0)
         self.server_faults: dict[str, int] = {}
         self.in_flight = 0
@@ -217,6 +218,7 @@ def create_app(config: SimConfig | None = None) -> Starlette:
                 "calls": state.calls,
                 "answers": state.answers,
                 "keys": state.keys,
+                "answer_keys": state.answer_keys,
                 "faults": state.faults,
                 "server_faults": state.server_faults,
                 "max_in_flight": state.max_in_flight,
@@ -233,6 +235,7 @@ def create_app(config: SimConfig | None = None) -> Starlette:
         state.attempts.clear()
         state.answers.clear()
         state.keys.clear()
+        state.answer_keys.clear()
         state.faults = dict.fromkeys(FAULT_KINDS, 0)
         state.server_faults.clear()
         state.recorded.clear()
@@ -248,6 +251,7 @@ def create_app(config: SimConfig | None = None) -> Starlette:
         attempt = state.attempts.get(identity, 0)
         state.attempts[identity] = attempt + 1
         state.keys.setdefault(digest, request.headers.get(KEY_HEADER, ""))
+        state.answer_keys.setdefault(identity, request.headers.get(KEY_HEADER, ""))
         state.record(request.headers.get(KEY_HEADER, ""), body)
         script = state.config.scripted.get(request.headers.get(KEY_HEADER, ""))
         scripted = script[min(attempt, len(script) - 1)] if script else None
