@@ -7,7 +7,7 @@ metrics do not depend on d at all.
 
 Baselines (same process, run after ours so they cannot lower our peak), scaled up linearly:
 full-row/column stable `np.argsort` rankings on `--ref-fraction` (10%) of the image rows and
-caption columns for the metrics, and `training.similarity.lens_similarity` (the einsum over all
+caption columns for the metrics, and `training.retriever.similarity.lens_similarity` (the einsum over all
 image-slot x text-slot pairs) on `--ref-scoring-fraction` (1%) of the images for scoring: at
 10% the einsum alone would take ~10 minutes on this machine.
 
@@ -26,8 +26,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from training.metrics import retrieval_metrics
-from training.scoring import all_lens_text_slots, fallback_rates, routing_matrix, score_lens_slots
+from training.evaluation.metrics import retrieval_metrics
+from training.evaluation.routing import fallback_rates, routing_matrix
+from training.evaluation.scoring import all_lens_text_slots, score_lens_slots
 
 
 def make_data(n_img: int, n_txt: int, dim: int, max_slots: int, seed: int = 0):
@@ -109,7 +110,7 @@ def main() -> None:
     ours_peak = peak_rss_gib()
 
     # Straightforward baseline on a subset, scaled up to the full shape.
-    from training.similarity import lens_similarity
+    from training.retriever.similarity import lens_similarity
 
     n_ref_img = max(1, int(args.images * args.ref_scoring_fraction))
     t0 = time.perf_counter()
@@ -140,7 +141,7 @@ def main() -> None:
         "(other jobs share the machine; wall times scale with it).",
         "",
         f"Straightforward baselines, scaled up linearly: all-pairs einsum scoring "
-        f"(`training.similarity.lens_similarity`) on {n_ref_img} images ({args.ref_scoring_fraction:.0%}); "
+        f"(`training.retriever.similarity.lens_similarity`) on {n_ref_img} images ({args.ref_scoring_fraction:.0%}); "
         f"argsort rankings on {args.ref_fraction:.0%} of the image rows and caption columns:",
         "",
         "| part | ours (s) | straightforward (s, scaled) | speed-up |",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from training.similarity import lens_similarity
+from training.retriever.similarity import lens_similarity
 
 
 def random_sets(n_img: int, n_txt: int, d: int, seed: int = 0):

@@ -1,4 +1,4 @@
-"""The `evaluate-retriever` flow: a thin Prefect wrapper around `training.evaluate.run_evaluation`."""
+"""The `evaluate-retriever` flow: a thin Prefect wrapper around `training.evaluation.run.run_evaluation`."""
 
 from __future__ import annotations
 
@@ -36,9 +36,9 @@ def evaluate_retriever(
     """
 
     def body() -> dict[str, Any]:
-        from training.eval_config import load_eval_config
-        from training.evaluate import run_evaluation, summary_lines
-        from training.reports import render_markdown
+        from training.evaluation.config import load_eval_config
+        from training.evaluation.reports import render_markdown
+        from training.evaluation.run import run_evaluation, summary_lines
 
         logger = get_run_logger()
         merged = dict(overrides or {})

@@ -1,4 +1,4 @@
-"""The `train-retriever` flow: a thin Prefect wrapper around `training.loop.train`.
+"""The `train-retriever` flow: a thin Prefect wrapper around `training.loop.train.train`.
 
 For multi-GPU training launch torchrun directly (docs/training.md); this flow runs one process,
 which is what a single-GPU worker or a dry run needs. Parameters are flat, like `build-dataset`'s.
@@ -39,8 +39,8 @@ def train_retriever(
     """
 
     def body() -> dict[str, Any]:
-        from training.config import load_train_config
-        from training.loop import train
+        from training.loop.train import train
+        from training.retriever.config import load_train_config
 
         merged = {k: dict(v) if isinstance(v, dict) else v for k, v in (overrides or {}).items()}
         if export_dir is not None:

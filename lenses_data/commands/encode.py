@@ -28,8 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def handle(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from training.checkpoint import latest_checkpoint
-    from training.encode import encode_split
+    from training.evaluation.encode import encode_split
+    from training.loop.checkpoint import latest_checkpoint
 
     ckpt = Path(args.checkpoint)
     if not (ckpt / "state.json").exists():

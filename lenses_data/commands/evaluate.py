@@ -31,8 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from training.eval_config import load_eval_config
-    from training.evaluate import run_evaluation, summary_lines
+    from training.evaluation.config import load_eval_config
+    from training.evaluation.run import run_evaluation, summary_lines
 
     overrides = {
         key: value

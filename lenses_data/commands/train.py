@@ -32,9 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def handle(args: argparse.Namespace) -> int:
     import os
 
-    from training.config import load_train_config
-    from training.dist import shutdown
-    from training.loop import train
+    from training.loop.dist import shutdown
+    from training.loop.train import train
+    from training.retriever.config import load_train_config
 
     overrides: dict = {"data": {}, "run": {}, "loss": {}, "model": {}}
     if args.model_path:

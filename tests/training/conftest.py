@@ -15,7 +15,7 @@ pytest.importorskip("peft")
 @pytest.fixture(scope="session")
 def tiny_export(tmp_path_factory):
     """Export-format folder with 16 skimage.data images (12 train, 2 valid, 2 test)."""
-    from training.synthetic import write_synthetic_export
+    from training.dryrun.synthetic import write_synthetic_export
 
     return write_synthetic_export(tmp_path_factory.mktemp("export"))
 
@@ -27,9 +27,9 @@ def tiny_base(tmp_path_factory, tiny_export):
 
     # Tiny matrices gain nothing from intra-op threads; on a shared 2-core box they only spin.
     torch.set_num_threads(1)
-    from training.config import load_train_config
-    from training.data import load_records
-    from training.tiny import materialize_tiny_base
+    from training.dryrun.tiny import materialize_tiny_base
+    from training.loop.data import load_records
+    from training.retriever.config import load_train_config
 
     records = load_records(tiny_export, "train")
     texts = [t for r in records for t, _ in r.captions + r.prompts]
@@ -39,7 +39,7 @@ def tiny_base(tmp_path_factory, tiny_export):
 @pytest.fixture()
 def tiny_config(tmp_path, tiny_export, tiny_base):
     """training/configs/tiny.yaml pointed at the fixtures; a fresh out_dir per test."""
-    from training.config import load_train_config
+    from training.retriever.config import load_train_config
 
     return load_train_config(
         "tiny",
@@ -56,8 +56,8 @@ def tiny_retriever(tiny_export, tiny_base):
     """(LensRetriever, processor, TokenIds) on CPU from the tiny base, lens mode, untrained."""
     import torch
 
-    from training.build import build_retriever
-    from training.config import load_train_config
+    from training.retriever.build import build_retriever
+    from training.retriever.config import load_train_config
 
     cfg = load_train_config("tiny", {"model": {"source": "local", "path": str(tiny_base)}})
     return build_retriever(cfg, tiny_base, torch.device("cpu"))

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Iterable
 from pathlib import Path
 
-from training.config import TinyModelConfig
+from training.retriever.config import TinyModelConfig
 
 log = logging.getLogger(__name__)
 

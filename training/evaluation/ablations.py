@@ -1,37 +1,25 @@
-"""Baselines and ablations: zero-shot open_clip, global-only scoring, similarity ablations on
-fixed embeddings (supplementary Table 3) and text-only prompt<->caption retrieval (Table 3b).
+"""Ablations of the lens model on its own fixed embeddings: the similarity variants of
+supplementary Table 3 and text-only prompt<->caption retrieval (main Table 3b).
 
-Every scorer returns a float32 numpy [n_images, n_texts] matrix for `training.metrics`.
+Every scorer returns a float32 numpy [n_images, n_texts] matrix for `training.evaluation.metrics`.
+Other systems (zero-shot open_clip, the global-only fine-tuned model) are in `training.baselines`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from training.metrics import grouped_retrieval_metrics
-from training.scoring import all_lens_text_slots, score_lens_slots, text_active
+from training.baselines.global_only import global_scores
+from training.evaluation.metrics import grouped_retrieval_metrics
+from training.evaluation.scoring import all_lens_text_slots, score_lens_slots, text_active
 
 SimilarityVariant = Literal["global", "no_mask", "lens_masked", "lens_masked_global"]
 SIMILARITY_VARIANTS: tuple[str, ...] = ("global", "no_mask", "lens_masked", "lens_masked_global")
-
-
-@torch.no_grad()
-def global_scores(
-    img_global: torch.Tensor, txt_global: torch.Tensor, *, image_chunk: int = 1024
-) -> np.ndarray:
-    """Cosine of global embeddings (zero-shot CLIP style and the global-only fine-tuned model)."""
-    gu = F.normalize(torch.as_tensor(txt_global).float(), dim=-1)
-    out = np.empty((len(img_global), len(gu)), dtype=np.float32)
-    for i0 in range(0, len(img_global), image_chunk):
-        gv = F.normalize(torch.as_tensor(img_global[i0 : i0 + image_chunk]).float(), dim=-1)
-        out[i0 : i0 + image_chunk] = (gv @ gu.T).numpy()
-    return out
 
 
 @torch.no_grad()
@@ -141,56 +129,3 @@ def text_only_retrieval(
         for key, value in grouped_retrieval_metrics(matrix, q, g, ks=ks).items():
             out[f"{name}/{key}"] = value
     return out
-
-
-def load_open_clip(
-    model_name: str,
-    *,
-    pretrained: str | None = None,
-    model_config: str | None = None,
-    device: str = "cpu",
-):
-    """(model, preprocess, tokenizer) of an open_clip model from local files only.
-
-    `pretrained` must be a local checkpoint file (nothing is downloaded) or None for random
-    weights; `model_config` is an optional JSON architecture file registered under its stem.
-    """
-    import open_clip
-
-    if model_config is not None:
-        cfg = Path(model_config)
-        if not cfg.is_file():
-            raise FileNotFoundError(f"open_clip model config not found: {cfg}")
-        open_clip.add_model_config(cfg)
-        model_name = cfg.stem
-    if pretrained is not None and not Path(pretrained).is_file():
-        raise FileNotFoundError(
-            f"pretrained must be a local open_clip checkpoint file; not found: {pretrained}"
-        )
-    model, _, preprocess = open_clip.create_model_and_transforms(
-        model_name, pretrained=pretrained, device=device, pretrained_text=False
-    )
-    model.eval()
-    return model, preprocess, open_clip.get_tokenizer(model_name)
-
-
-@torch.no_grad()
-def encode_open_clip(
-    model, preprocess, tokenizer, image_paths: Sequence[str], texts: Sequence[str], *, batch_size: int = 64
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Unit-norm image and text embeddings from an open_clip model."""
-    from PIL import Image
-
-    device = next(model.parameters()).device
-    images = []
-    for i in range(0, len(image_paths), batch_size):
-        batch = []
-        for path in image_paths[i : i + batch_size]:
-            with Image.open(path) as im:
-                batch.append(preprocess(im.convert("RGB")))
-        images.append(model.encode_image(torch.stack(batch).to(device)).float().cpu())
-    txt = [
-        model.encode_text(tokenizer(list(texts[i : i + batch_size])).to(device)).float().cpu()
-        for i in range(0, len(texts), batch_size)
-    ]
-    return F.normalize(torch.cat(images), dim=-1), F.normalize(torch.cat(txt), dim=-1)

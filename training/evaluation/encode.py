@@ -21,16 +21,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from training.checkpoint import load_weights, read_state
-from training.config import TrainConfig
-from training.lenses import lens_index
+from training.loop.checkpoint import load_weights, read_state
+from training.retriever.config import TrainConfig
+from training.retriever.lenses import lens_index
 
 log = logging.getLogger(__name__)
 
 
 def load_for_inference(checkpoint: str | Path, device: torch.device):
     """Rebuild the retriever from its checkpoint (base path + config recorded in state.json)."""
-    from training.build import build_retriever
+    from training.retriever.build import build_retriever
 
     state = read_state(checkpoint)
     cfg = TrainConfig.model_validate(state["config"])
@@ -122,9 +122,9 @@ def encode_split(
     device: str = "auto",
 ) -> dict:
     """Encode every image and caption of `split`; returns the manifest dict."""
-    from training.build import resolve_device
-    from training.data import load_image, read_export
-    from training.inputs import Collator, to_device
+    from training.loop.data import load_image, read_export
+    from training.loop.inputs import Collator, to_device
+    from training.retriever.build import resolve_device
 
     dev = resolve_device(device)
     out = Path(out_dir)

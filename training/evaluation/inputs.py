@@ -8,38 +8,21 @@ retriever of a training config (`train_config`, latest checkpoint of its run unl
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from training.eval_config import EvalConfig
-from training.evaluate import EncodedSplit
+from training.evaluation.config import EvalConfig
+from training.evaluation.types import EncodedSplit, SplitLabels
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class SplitLabels:
-    """The split in `training.encode` order: images by image_id, captions by text_id."""
-
-    image_ids: list[str]
-    image_paths: list[str]
-    caption_ids: list[str]
-    captions: list[str]
-    caption_image: np.ndarray
-    caption_lens: np.ndarray
-    prompt_sets: list[list[tuple[str, int]]]  # per image: (prompt, lens) sorted by lens, text_id
-    prompts: list[str]
-    prompt_image: np.ndarray
-    prompt_lens: np.ndarray
-
-
 def split_labels(export_dir: str, split: str) -> SplitLabels:
     """Every image of the split is a gallery item, also those without captions (never dropped)."""
-    from training.data import read_export
-    from training.lenses import lens_index
+    from training.loop.data import read_export
+    from training.retriever.lenses import lens_index
 
     images, captions, prompts = read_export(export_dir, split)
     if captions.empty:
@@ -98,8 +81,8 @@ def encode_in_process(
     retriever, processor, data_cfg, labels: SplitLabels, batch_size: int = 8
 ) -> EncodedSplit:
     """Encode the split with a LensRetriever (images with their prompts; texts with five lens tags)."""
-    from training.data import load_image
-    from training.inputs import Collator
+    from training.loop.data import load_image
+    from training.loop.inputs import Collator
 
     retriever.eval()
     device = next(retriever.parameters()).device
@@ -129,12 +112,12 @@ def encode_in_process(
 
 def retriever_from_train_config(cfg: EvalConfig):
     """(retriever, processor, data config) of cfg.train_config with its checkpoint loaded if any."""
-    from training.build import build_retriever
-    from training.checkpoint import latest_checkpoint, load_weights
-    from training.config import load_train_config
-    from training.data import load_records
-    from training.dist import DistContext
-    from training.loop import resolve_base
+    from training.loop.checkpoint import latest_checkpoint, load_weights
+    from training.loop.data import load_records
+    from training.loop.dist import DistContext
+    from training.loop.train import resolve_base
+    from training.retriever.build import build_retriever
+    from training.retriever.config import load_train_config
 
     tcfg = load_train_config(cfg.train_config, {"data": {"export_dir": cfg.export_dir}})
     if tcfg.loss.mode != "lens":
@@ -154,10 +137,10 @@ def retriever_from_train_config(cfg: EvalConfig):
 
 
 def read_encodings(encodings_dir: str | Path, labels: SplitLabels) -> EncodedSplit:
-    """A `lenses encode` folder (training.encode layout) as an EncodedSplit in the export's image order."""
+    """A `lenses encode` folder (training.evaluation.encode layout) as an EncodedSplit in the export's image order."""
     import json
 
-    from training.encode import load_encoded
+    from training.evaluation.encode import load_encoded
 
     root = Path(encodings_dir)
     manifest_path = root / "manifest.json"
@@ -195,7 +178,7 @@ def add_prompt_encodings(
     enc: EncodedSplit, retriever, processor, data_cfg, labels: SplitLabels
 ) -> EncodedSplit:
     """Prompt globals for text-only retrieval (prompts encoded as texts with the lens tags)."""
-    from training.inputs import Collator
+    from training.loop.inputs import Collator
 
     if labels.prompts:
         collator = Collator(processor, data_cfg, lens_mode=True)
@@ -206,9 +189,9 @@ def add_prompt_encodings(
 
 def lens_model_encodings(cfg: EvalConfig, labels: SplitLabels) -> tuple[EncodedSplit, dict]:
     """Encodings of the lens model and a description of where they came from."""
-    from training.checkpoint import latest_checkpoint
-    from training.config import load_train_config
-    from training.encode import encode_split, load_for_inference
+    from training.evaluation.encode import encode_split, load_for_inference
+    from training.loop.checkpoint import latest_checkpoint
+    from training.retriever.config import load_train_config
 
     want_prompts = cfg.baselines.text_only
     if cfg.encodings_dir:
@@ -240,8 +223,8 @@ def lens_model_encodings(cfg: EvalConfig, labels: SplitLabels) -> tuple[EncodedS
 
 def global_only_scores(encodings_dir: str, labels: SplitLabels) -> np.ndarray:
     """Score matrix of a global-only fine-tuned model from its `lenses encode` folder."""
-    from training.baselines import global_scores
-    from training.encode import load_encoded
+    from training.baselines.global_only import global_scores
+    from training.evaluation.encode import load_encoded
 
     img, cap = load_encoded(encodings_dir, "images"), load_encoded(encodings_dir, "captions")
     if [str(i) for i in img["ids"]] != labels.image_ids or [str(i) for i in cap["ids"]] != labels.caption_ids:
@@ -250,8 +233,8 @@ def global_only_scores(encodings_dir: str, labels: SplitLabels) -> np.ndarray:
 
 
 def open_clip_model(cfg: EvalConfig):
-    from training.baselines import load_open_clip
-    from training.eval_config import CONFIG_DIR
+    from training.baselines.open_clip import load_open_clip
+    from training.evaluation.config import CONFIG_DIR
 
     oc = cfg.baselines.open_clip
     arch = oc.model_config_path
@@ -262,7 +245,8 @@ def open_clip_model(cfg: EvalConfig):
 
 def open_clip_scores(model_bundle, cfg: EvalConfig, image_paths: list[str], texts: list[str]) -> np.ndarray:
     """Zero-shot global cosine scores of an open_clip model."""
-    from training.baselines import encode_open_clip, global_scores
+    from training.baselines.global_only import global_scores
+    from training.baselines.open_clip import encode_open_clip
 
     img, txt = encode_open_clip(
         *model_bundle, image_paths, texts, batch_size=cfg.baselines.open_clip.batch_size

@@ -4,7 +4,7 @@
 text representations whose c-slot is active. We then compute image-to-text and text-to-image
 R@k for each of the five lenses." Here, for lens c:
 
-- scores: Eq. 4 with lens c the only lens taking part (`training.scoring.score_one_lens`):
+- scores: Eq. 4 with lens c the only lens taking part (`training.evaluation.scoring.score_one_lens`):
   the image's c-slots against the caption's c-slot; an image without a c-slot falls back to
   the global cosine when `fallback` is on (as Eq. 4 does for pairs without a shared lens, and
   as main Table 6 states: "slot-masked similarity with global fallback");
@@ -14,7 +14,7 @@ R@k for each of the five lenses." Here, for lens c:
 - T->I: queries = lens-c captions (their c-slot); gallery = all images; hit = its image;
 - without fallback, an image with no c-slot cannot be matched: its I->T query and the T->I
   queries of its lens-c captions count as misses, and in galleries it sits at the floor score,
-  below every real score. Ties go to the lower index, as everywhere (`eval_ranking`).
+  below every real score. Ties go to the lower index, as everywhere (`ranking`).
 
 Memory stays bounded: each lens's matrix is computed lazily, by blocks of query rows for I->T
 and by blocks of query columns for T->I, so every ranking uses values of a single block.
@@ -28,15 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from training.eval_ranking import (
-    Positives,
-    best_positive,
-    count_ahead,
-    matrix_shape,
-    rows_per_chunk,
-    to_numpy_block,
-)
-from training.metrics import (
+from training.evaluation.metrics import (
     DEFAULT_CHUNK_BYTES,
     LENS_KEYS,
     N_LENSES,
@@ -45,7 +37,15 @@ from training.metrics import (
     recall_from_ranks,
     validate_labels,
 )
-from training.scoring import all_lens_text_slots, score_one_lens, text_active
+from training.evaluation.ranking import (
+    Positives,
+    best_positive,
+    count_ahead,
+    matrix_shape,
+    rows_per_chunk,
+    to_numpy_block,
+)
+from training.evaluation.scoring import all_lens_text_slots, score_one_lens, text_active
 
 MISS = np.iinfo(np.int64).max  # rank of a query that cannot be matched: beyond every K
 

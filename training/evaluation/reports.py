@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from training.metrics import LENS_KEYS
+from training.evaluation.metrics import LENS_KEYS
 
 LENS_TITLES = ("Literal", "Figurative", "Abstract", "Background", "Emotional")
 PROTOCOL_TITLES = {

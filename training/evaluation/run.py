@@ -2,7 +2,7 @@
 
 `evaluate_encoded` is the core (pure: tensors in, results dict out); `run_evaluation` adds
 I/O: it reads the export split and the lens model's encodings (from `lenses encode`, or by
-encoding with `training.encode` when only a training config is given), runs the configured
+encoding with `training.evaluation.encode` when only a training config is given), runs the configured
 baselines, ablations and external benchmarks, and writes the reports.
 """
 
@@ -10,29 +10,27 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from training.baselines import (
-    SIMILARITY_VARIANTS,
-    global_scores,
-    similarity_ablation_scores,
-    text_only_retrieval,
+from training.baselines.global_only import global_scores
+from training.evaluation.ablations import SIMILARITY_VARIANTS, similarity_ablation_scores, text_only_retrieval
+from training.evaluation.config import EvalConfig
+from training.evaluation.inputs import (
+    global_only_scores,
+    lens_model_encodings,
+    open_clip_model,
+    open_clip_scores,
+    split_labels,
 )
-from training.eval_config import EvalConfig
-from training.eval_lens_slot import lens_slot_metrics
-from training.metrics import protocol_free, retrieval_metrics
-from training.scoring import (
-    all_lens_text_slots,
-    fallback_rates,
-    label_text_slots,
-    routing_matrix,
-    score_lens_slots,
-)
+from training.evaluation.lens_slot import lens_slot_metrics
+from training.evaluation.metrics import protocol_free, retrieval_metrics
+from training.evaluation.routing import fallback_rates, routing_matrix
+from training.evaluation.scoring import all_lens_text_slots, label_text_slots, score_lens_slots
+from training.evaluation.types import EncodedSplit
 
 log = logging.getLogger(__name__)
 
@@ -43,26 +41,6 @@ ABLATION_TITLES = {
     "lens_masked": "Lens-masked smooth Chamfer",
     "lens_masked_global": "Full model (lens-masked + global)",
 }
-
-
-@dataclass
-class EncodedSplit:
-    """Image and caption encodings of one split, aligned with the export tables.
-
-    caption_image[j] is the row in the image tensors of caption j's image; caption_lens[j] its
-    lens index. Prompt globals (image-side prompts encoded as texts) enable text-only retrieval.
-    """
-
-    img_slots: torch.Tensor  # [n_img, S, d]
-    img_slot_lens: torch.Tensor  # [n_img, S] (0-4, -1 padding)
-    img_global: torch.Tensor  # [n_img, d]
-    txt_slots: torch.Tensor  # [n_txt, 5, d]
-    txt_global: torch.Tensor  # [n_txt, d]
-    caption_image: np.ndarray
-    caption_lens: np.ndarray
-    prompt_global: torch.Tensor | None = None
-    prompt_image: np.ndarray | None = None
-    prompt_lens: np.ndarray | None = None
 
 
 def _metrics(sim: Any, enc: EncodedSplit, cfg: EvalConfig, protocol: str) -> dict[str, float]:
@@ -194,7 +172,7 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
 
 
 def write_outputs(results: dict[str, Any], out_dir: str | Path) -> dict[str, Path]:
-    from training.reports import write_reports
+    from training.evaluation.reports import write_reports
 
     return write_reports(results, out_dir)
 
@@ -209,8 +187,8 @@ def _external(cfg: EvalConfig, clip_bundle) -> dict[str, dict[str, float]]:
         return {}
     if clip_bundle is None:
         raise ValueError("external benchmarks need baselines.open_clip.enabled (the prompt-free scorer)")
-    from training.eval_inputs import open_clip_scores
-    from training.external import detection_accuracy, read_artemis, read_irfl
+    from training.external.artemis import read_artemis
+    from training.external.irfl import detection_accuracy, read_irfl
 
     out: dict[str, dict[str, float]] = {}
     if cfg.external.artemis:
@@ -235,14 +213,6 @@ def _external(cfg: EvalConfig, clip_bundle) -> dict[str, dict[str, float]]:
 
 def run_evaluation(cfg: EvalConfig) -> tuple[dict[str, Any], dict[str, Path]]:
     """Encode (or read encodings), score, compute every metric and write the reports."""
-    from training.eval_inputs import (
-        global_only_scores,
-        lens_model_encodings,
-        open_clip_model,
-        open_clip_scores,
-        split_labels,
-    )
-
     labels = split_labels(cfg.export_dir, cfg.split)
     enc, source = lens_model_encodings(cfg, labels)
     if source.get("untrained"):

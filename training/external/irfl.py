@@ -1,107 +1,23 @@
-"""Readers for the external benchmarks: ArtEmis (Table 5) and IRFL (figurative detection).
+"""Reader and scorer for IRFL figurative detection (idioms, metaphors, similes).
 
-Both only read local files when they are present; nothing is downloaded. Bad input gives a
-clear error (missing file, missing columns, unparsable cells) or, with on_missing="skip", a
-rejection record per unusable row, never a silent drop.
-
-ArtEmis: the annotation CSV with columns art_style, painting, emotion, utterance, repetition;
-the image of a row is `<wikiart_dir>/<art_style>/<painting>.jpg`. Every utterance is a caption
-of lens Emotional; images are the distinct (art_style, painting) pairs.
-
-IRFL: a task CSV (e.g. idiom_detection_task.csv) with columns phrase, answer, distractors and
-optionally figurative_type; answer/distractors cells are lists of image file names (JSON or
-Python list syntax, or a single name) resolved inside `images_dir`.
+A task CSV (e.g. idiom_detection_task.csv) has columns phrase, answer, distractors and optionally
+figurative_type; answer/distractors cells are lists of image file names (JSON or Python list
+syntax, or a single name) resolved inside `images_dir`.
 """
 
 from __future__ import annotations
 
 import ast
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-import pandas as pd
 
-from lenses_data.schemas import LENS_NAMES
+from training.external.common import ExternalRejection, OnMissing, read_csv
 
-ARTEMIS_COLUMNS = ("art_style", "painting", "emotion", "utterance", "repetition")
 IRFL_COLUMNS = ("phrase", "answer", "distractors")
-OnMissing = Literal["error", "skip"]
-
-
-@dataclass
-class ExternalRejection:
-    row: int
-    reason: str  # machine-readable code
-    message: str
-
-
-@dataclass
-class RetrievalSet:
-    """Images and captions for `training.metrics.retrieval_metrics`."""
-
-    image_paths: list[str]
-    texts: list[str]
-    caption_image: np.ndarray
-    caption_lens: np.ndarray
-    rejections: list[ExternalRejection] = field(default_factory=list)
-
-
-def _read_csv(path: str | Path, required: Sequence[str], what: str) -> pd.DataFrame:
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"{what} file not found: {p}")
-    df = pd.read_csv(p)
-    missing = [c for c in required if c not in df.columns]
-    if missing:
-        raise ValueError(f"{what} file {p} lacks columns {missing}; has {list(df.columns)}")
-    return df
-
-
-def read_artemis(
-    csv_path: str | Path,
-    wikiart_dir: str | Path,
-    *,
-    on_missing: OnMissing = "error",
-    split: str | None = None,
-) -> RetrievalSet:
-    """ArtEmis annotations as a retrieval set (optionally only rows whose `split` column matches)."""
-    df = _read_csv(csv_path, ARTEMIS_COLUMNS, "ArtEmis")
-    if split is not None:
-        if "split" not in df.columns:
-            raise ValueError(f"split={split!r} requested but {csv_path} has no 'split' column")
-        df = df[df["split"] == split]
-    root = Path(wikiart_dir)
-    if not root.is_dir():
-        raise FileNotFoundError(f"WikiArt image folder not found: {root}")
-    emotional = LENS_NAMES.index("Emotional")
-    index: dict[tuple[str, str], int] = {}
-    paths, texts, cap_img, rejections = [], [], [], []
-    for row, (style, painting, utterance) in enumerate(
-        zip(df["art_style"], df["painting"], df["utterance"], strict=True)
-    ):
-        if not isinstance(utterance, str) or not utterance.strip():
-            rejections.append(ExternalRejection(row, "empty_utterance", f"row {row} has no utterance"))
-            continue
-        key = (str(style), str(painting))
-        if key not in index:
-            path = root / key[0] / f"{key[1]}.jpg"
-            if not path.is_file():
-                msg = f"row {row}: image {path} not found"
-                if on_missing == "error":
-                    raise FileNotFoundError(msg)
-                rejections.append(ExternalRejection(row, "image_missing", msg))
-                continue
-            index[key] = len(paths)
-            paths.append(str(path))
-        texts.append(utterance)
-        cap_img.append(index[key])
-    if not texts:
-        raise ValueError(f"no usable ArtEmis rows in {csv_path} ({len(rejections)} rejected)")
-    return RetrievalSet(paths, texts, np.asarray(cap_img), np.full(len(texts), emotional), rejections)
 
 
 def parse_name_list(cell: Any) -> list[str]:
@@ -142,7 +58,7 @@ def read_irfl(
     on_missing: OnMissing = "error",
     default_type: str = "unknown",
 ) -> DetectionTask:
-    df = _read_csv(csv_path, IRFL_COLUMNS, "IRFL")
+    df = read_csv(csv_path, IRFL_COLUMNS, "IRFL")
     root = Path(images_dir)
     if not root.is_dir():
         raise FileNotFoundError(f"IRFL image folder not found: {root}")

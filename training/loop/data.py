@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from training.lenses import lens_index
+from training.retriever.lenses import lens_index
 
 log = logging.getLogger(__name__)
 

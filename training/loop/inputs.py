@@ -13,8 +13,8 @@ import logging
 
 import torch
 
-from training.config import DataConfig
-from training.lenses import INACTIVE, LENS_TOKENS, NEW_TOKENS, PROMPT_TOKEN
+from training.retriever.config import DataConfig
+from training.retriever.lenses import INACTIVE, LENS_TOKENS, NEW_TOKENS, PROMPT_TOKEN
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from training.config import OptimConfig
+from training.retriever.config import OptimConfig
 
 
 def lr_at(step: int, cfg: OptimConfig) -> float:

@@ -2,7 +2,7 @@
 
 Single process: `lenses train --config CFG`. Multi-GPU: `torchrun --nproc-per-node 8 -m
 training.loop --config CFG` (or `lenses train` under torchrun); contrastive negatives are
-gathered across ranks (training.dist).
+gathered across ranks (training.loop.dist).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from training.config import TrainConfig, load_train_config
+from training.retriever.config import TrainConfig, load_train_config
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ class TrainResult:
 
 def resolve_base(cfg: TrainConfig, records, ctx) -> Path:
     """Local base model directory; source=tiny materialises a random tiny base once (rank 0)."""
-    from training.dist import barrier
+    from training.loop.dist import barrier
 
     if cfg.model.source == "local":
         if not cfg.model.path or not Path(cfg.model.path).exists():
@@ -44,7 +44,7 @@ def resolve_base(cfg: TrainConfig, records, ctx) -> Path:
                 f"model.path must be a local BGE-VL-MLLM-S1 directory, got {cfg.model.path!r}"
             )
         return Path(cfg.model.path)
-    from training.tiny import materialize_tiny_base
+    from training.dryrun.tiny import materialize_tiny_base
 
     base = Path(cfg.run.out_dir) / "base"
     if ctx.is_main:
@@ -80,12 +80,12 @@ class _Run:
 def _setup(cfg: TrainConfig, max_steps: int | None) -> _Run:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from training.build import build_retriever, resolve_device
-    from training.checkpoint import latest_checkpoint, load_checkpoint
-    from training.data import BatchPlan, MicroBatchDataset, load_records, make_loader
-    from training.dist import init_distributed, make_gather
-    from training.inputs import Collator
-    from training.optim import build_optimizer
+    from training.loop.checkpoint import latest_checkpoint, load_checkpoint
+    from training.loop.data import BatchPlan, MicroBatchDataset, load_records, make_loader
+    from training.loop.dist import init_distributed, make_gather
+    from training.loop.inputs import Collator
+    from training.loop.optim import build_optimizer
+    from training.retriever.build import build_retriever, resolve_device
 
     device = resolve_device(cfg.run.device)
     ctx = init_distributed(device.type)
@@ -132,10 +132,10 @@ def _setup(cfg: TrainConfig, max_steps: int | None) -> _Run:
 def train(cfg: TrainConfig, max_steps: int | None = None) -> TrainResult:
     """Train (or resume) until cfg.optim.max_steps, or `max_steps` if given (a stop point that
     keeps the schedule of the full run, e.g. to test resume)."""
-    from training.checkpoint import save_checkpoint
-    from training.dist import reduce_mean
-    from training.inputs import to_device
-    from training.optim import lr_at, set_lr
+    from training.loop.checkpoint import save_checkpoint
+    from training.loop.dist import reduce_mean
+    from training.loop.inputs import to_device
+    from training.loop.optim import lr_at, set_lr
 
     r = _setup(cfg, max_steps)
     ctx, accum, step = r.ctx, cfg.optim.accum_steps, r.step
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     result = train(load_train_config(args.config), max_steps=args.max_steps)
     log.info("finished at step %d (%s)", result.final_step, result.checkpoint)
-    from training.dist import shutdown
+    from training.loop.dist import shutdown
 
     shutdown()
     return 0

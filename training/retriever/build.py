@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
-from training.config import LoraSection, TrainConfig
-from training.model import LensRetriever, TokenIds, add_lens_tokens
+from training.retriever.config import LoraSection, TrainConfig
+from training.retriever.model import LensRetriever, TokenIds, add_lens_tokens
 
 log = logging.getLogger(__name__)
 

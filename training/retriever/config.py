@@ -13,7 +13,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-CONFIG_DIR = Path(__file__).parent / "configs"
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"  # training/configs
 
 # LoRA only inside the language model: the CLIP tower also has q_proj/k_proj/v_proj modules,
 # so plain suffix matching would adapt the (frozen) vision encoder too. peft full-matches this.

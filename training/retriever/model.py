@@ -18,16 +18,16 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from training.config import LossConfig
-from training.lenses import INACTIVE, LENS_TOKENS, NEW_TOKENS, NUM_LENSES, PROMPT_TOKEN
-from training.losses import (
+from training.retriever.config import LossConfig
+from training.retriever.lenses import INACTIVE, LENS_TOKENS, NEW_TOKENS, NUM_LENSES, PROMPT_TOKEN
+from training.retriever.losses import (
     caption_slot_loss,
     positive_mask,
     retrieval_losses,
     slot_diversity_loss,
     total_loss,
 )
-from training.similarity import global_similarity, lens_similarity_with_details
+from training.retriever.similarity import global_similarity, lens_similarity_with_details
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ class LensRetriever(nn.Module):
         self.net = net
         self.ids = ids
         self.loss_cfg = loss
-        self.gather = gather  # cross-rank gather of embeddings (training.dist), identity on one process
+        self.gather = gather  # cross-rank gather of embeddings (training.loop.dist), identity on one process
         self.compute_dtype = torch.float32  # bf16: backbone runs under autocast (frozen bf16, trainable fp32)
 
     @property

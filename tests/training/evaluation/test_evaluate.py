@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from training.baselines import global_scores
-from training.eval_config import EvalConfig, load_eval_config
-from training.eval_lens_slot import lens_slot_metrics
-from training.evaluate import MAIN_SYSTEM, EncodedSplit, evaluate_encoded, write_outputs
-from training.metrics import LENS_KEYS, retrieval_metrics
-from training.scoring import score_lens_slots
+from training.baselines.global_only import global_scores
+from training.evaluation.config import EvalConfig, load_eval_config
+from training.evaluation.lens_slot import lens_slot_metrics
+from training.evaluation.metrics import LENS_KEYS, retrieval_metrics
+from training.evaluation.run import MAIN_SYSTEM, evaluate_encoded, write_outputs
+from training.evaluation.scoring import score_lens_slots
+from training.evaluation.types import EncodedSplit
 
 
 def random_split(seed=0, n_img=12, per_image=4, dim=16, n_slots=6):
@@ -125,7 +126,7 @@ def test_lenses_evaluate_on_tiny_trained_model(tiny_config, tiny_export, tmp_pat
     import yaml
 
     from lenses_data.cli import main
-    from training.loop import train
+    from training.loop.train import train
 
     tiny_config.optim.max_steps = 2
     tiny_config.run.save_every = 2
@@ -135,7 +136,7 @@ def test_lenses_evaluate_on_tiny_trained_model(tiny_config, tiny_export, tmp_pat
     _write_external(tmp_path)
     from pathlib import Path
 
-    oc_json = Path(__file__).resolve().parents[2] / "training" / "configs" / "eval-tiny-openclip.json"
+    oc_json = Path(__file__).resolve().parents[3] / "training" / "configs" / "eval-tiny-openclip.json"
     eval_yaml = tmp_path / "eval.yaml"
     eval_yaml.write_text(
         yaml.safe_dump(
@@ -168,7 +169,7 @@ def test_lenses_evaluate_on_tiny_trained_model(tiny_config, tiny_export, tmp_pat
     n_img, n_cap = data["meta"]["n_images"], data["meta"]["n_captions"]
     assert n_img == 2 and n_cap > n_img
     # The reported numbers are those of the encodings written next to them.
-    from training.eval_inputs import read_encodings, split_labels
+    from training.evaluation.inputs import read_encodings, split_labels
 
     enc = read_encodings(out / "encodings", split_labels(str(tiny_export), "test"))
     sim = score_lens_slots(enc.img_slots, enc.img_slot_lens, enc.img_global, enc.txt_slots, enc.txt_global)
@@ -191,12 +192,12 @@ def test_lenses_evaluate_on_tiny_trained_model(tiny_config, tiny_export, tmp_pat
     report = (out / "report.md").read_text()
     assert (out / "routing.png").exists() and "main Table 2" in report and "main Table 6" in report
     assert "protocol `lens_slot`" in report and "(all pos.)" in report
-    assert (out / "encodings" / "manifest.json").exists()  # encoded through training.encode
+    assert (out / "encodings" / "manifest.json").exists()  # encoded through training.evaluation.encode
 
 
 def write_fake_encodings(export_dir, split, out, dim=8, seed=0):
-    """A folder in the `lenses encode` layout (training.encode) with random vectors."""
-    from training.eval_inputs import split_labels
+    """A folder in the `lenses encode` layout (training.evaluation.encode) with random vectors."""
+    from training.evaluation.inputs import split_labels
 
     labels = split_labels(str(export_dir), split)
     rng = np.random.default_rng(seed)
@@ -217,7 +218,7 @@ def write_fake_encodings(export_dir, split, out, dim=8, seed=0):
 
 
 def test_read_encodings_aligns_with_export(tiny_export, tmp_path):
-    from training.eval_inputs import read_encodings
+    from training.evaluation.inputs import read_encodings
 
     labels = write_fake_encodings(tiny_export, "valid", tmp_path / "enc")
     enc = read_encodings(tmp_path / "enc", labels)

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from training.eval_lens_slot import LensSlotMatrix, lens_slot_metrics, lens_slot_recall
-from training.metrics import LENS_KEYS, retrieval_metrics
-from training.scoring import label_text_slots, score_lens_slots, score_one_lens
+from training.evaluation.lens_slot import LensSlotMatrix, lens_slot_metrics, lens_slot_recall
+from training.evaluation.metrics import LENS_KEYS, retrieval_metrics
+from training.evaluation.scoring import label_text_slots, score_lens_slots, score_one_lens
 
 from .test_metrics import _ranked, _recall, assert_same, reference_macro
 

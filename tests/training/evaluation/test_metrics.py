@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from training.metrics import LENS_KEYS, retrieval_metrics
+from training.evaluation.metrics import LENS_KEYS, retrieval_metrics
 
 
 def _ranked(scores, items):
@@ -239,7 +239,7 @@ def test_partial_coverage_and_bad_input():
 
 
 def test_grouped_metrics_match_reference():
-    from training.metrics import grouped_retrieval_metrics
+    from training.evaluation.metrics import grouped_retrieval_metrics
 
     rng = np.random.default_rng(7)
     q_group = rng.integers(0, 9, size=31)  # several queries per group; group 8 may lack positives

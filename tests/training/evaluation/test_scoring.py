@@ -1,4 +1,4 @@
-"""Fast lens-slot scoring against training.similarity, fallback rates and routing by hand."""
+"""Fast lens-slot scoring against training.retriever.similarity, fallback rates and routing by hand."""
 
 from __future__ import annotations
 
@@ -6,14 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from training.scoring import (
-    all_lens_text_slots,
-    fallback_rates,
-    label_text_slots,
-    routing_matrix,
-    score_lens_slots,
-)
-from training.similarity import lens_similarity_with_details
+from training.evaluation.routing import fallback_rates, routing_matrix
+from training.evaluation.scoring import all_lens_text_slots, label_text_slots, score_lens_slots
+from training.retriever.similarity import lens_similarity_with_details
 
 
 def random_encodings(seed, n_img=13, n_txt=29, n_slots=7, dim=16):

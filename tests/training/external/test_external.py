@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from training.external import detection_accuracy, parse_name_list, read_artemis, read_irfl
+from training.external.artemis import read_artemis
+from training.external.irfl import detection_accuracy, parse_name_list, read_irfl
 
 
 def _image(path, value):

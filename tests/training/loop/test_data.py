@@ -10,10 +10,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from training.config import load_train_config  # noqa: E402
-from training.data import BatchPlan, MicroBatchDataset, load_image, load_records, read_export  # noqa: E402
-from training.inputs import Collator  # noqa: E402
-from training.lenses import LENS_TOKENS  # noqa: E402
+from training.loop.data import BatchPlan, MicroBatchDataset, load_image, load_records, read_export  # noqa: E402
+from training.loop.inputs import Collator  # noqa: E402
+from training.retriever.config import load_train_config  # noqa: E402
+from training.retriever.lenses import LENS_TOKENS  # noqa: E402
 
 
 def test_records_carry_sorted_prompts_and_captions(tiny_export):
@@ -33,7 +33,7 @@ def test_images_without_captions_are_reported_not_silently_dropped(tiny_export, 
     captions = pd.read_parquet(export / "captions.parquet")
     first = sorted(captions.loc[captions["split"] == "train", "image_id"])[0]
     captions[captions["image_id"] != first].to_parquet(export / "captions.parquet", index=False)
-    with caplog.at_level(logging.WARNING, logger="training.data"):
+    with caplog.at_level(logging.WARNING, logger="training.loop.data"):
         records = load_records(export, "train")
     assert len(records) == 11 and "1 of 12 train images have no caption" in caplog.text
     assert len(load_records(export, "train", require_captions=False)) == 12

@@ -12,9 +12,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from training.checkpoint import latest_checkpoint, read_state  # noqa: E402
-from training.loop import train  # noqa: E402
-from training.optim import lr_at, param_groups  # noqa: E402
+from training.loop.checkpoint import latest_checkpoint, read_state  # noqa: E402
+from training.loop.optim import lr_at, param_groups  # noqa: E402
+from training.loop.train import train  # noqa: E402
 
 
 def _mean(rows, key="total"):
@@ -116,7 +116,7 @@ def test_cli_train_then_encode_is_chunked_and_resumable(tiny_export, tmp_path, c
     import numpy as np
 
     from lenses_data.cli import main
-    from training.encode import load_encoded
+    from training.evaluation.encode import load_encoded
 
     run, enc = tmp_path / "run", tmp_path / "enc"
     assert (
@@ -230,7 +230,7 @@ def test_gradient_accumulation_resumes_at_the_right_micro_batch(tiny_config, tmp
 def test_h200_config_carries_the_paper_recipe_and_typos_are_rejected(tmp_path):
     from pydantic import ValidationError
 
-    from training.config import load_train_config
+    from training.retriever.config import load_train_config
 
     cfg = load_train_config("h200x8")
     assert (cfg.lora.r, cfg.lora.alpha, cfg.lora.dropout) == (16, 32, 0.1)

@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from training.losses import (  # noqa: E402
+from training.retriever.losses import (  # noqa: E402
     caption_slot_loss,
     retrieval_loss,
     retrieval_losses,

@@ -8,10 +8,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from training.data import load_image, load_records  # noqa: E402
-from training.inputs import Collator  # noqa: E402
-from training.lenses import LENS_TOKENS, NEW_TOKENS, PROMPT_TOKEN  # noqa: E402
-from training.model import add_lens_tokens, last_token_states, token_states  # noqa: E402
+from training.loop.data import load_image, load_records  # noqa: E402
+from training.loop.inputs import Collator  # noqa: E402
+from training.retriever.lenses import LENS_TOKENS, NEW_TOKENS, PROMPT_TOKEN  # noqa: E402
+from training.retriever.model import add_lens_tokens, last_token_states, token_states  # noqa: E402
 
 
 def test_new_tokens_start_at_eos_plus_scaled_noise_and_are_mirrored(tiny_base):
@@ -49,7 +49,7 @@ def test_lora_only_in_language_model_vision_frozen_projector_trainable(tiny_retr
 
 @pytest.fixture(scope="module")
 def batch(tiny_retriever, tiny_export):
-    from training.config import load_train_config
+    from training.retriever.config import load_train_config
 
     _, processor, _ = tiny_retriever
     records = load_records(tiny_export, "train")[:3]
@@ -87,7 +87,7 @@ def test_slots_sit_at_prompt_tokens_after_image_expansion(tiny_retriever, batch)
 
 
 def test_global_and_slots_do_not_depend_on_padding(tiny_retriever, tiny_export):
-    from training.config import load_train_config
+    from training.retriever.config import load_train_config
 
     retriever, processor, _ = tiny_retriever
     collator = Collator(processor, load_train_config("tiny").data)
@@ -149,7 +149,7 @@ def test_token_helpers_on_hand_made_tensors():
 
 
 def test_input_strings_follow_equations_1_and_2(tiny_retriever):
-    from training.config import load_train_config
+    from training.retriever.config import load_train_config
 
     processor = tiny_retriever[1]
     data = load_train_config("tiny").data

@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from training.similarity import (  # noqa: E402
+from training.retriever.similarity import (  # noqa: E402
     global_similarity,
     lens_similarity,
     lens_similarity_with_details,
