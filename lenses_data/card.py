@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from lenses_data import io, rules
 from lenses_data.phrase_bank import default_phrase_bank
@@ -217,29 +219,38 @@ def _flags_section(captions: pd.DataFrame, prompts: pd.DataFrame, manifest: dict
     return _section("Rule flags on kept texts", note, _md_table(table) if len(table) else "No flags.")
 
 
-def diversity(captions: pd.DataFrame) -> pd.DataFrame:
+def _caption_table(captions: pd.DataFrame | pa.Table) -> pa.Table:
+    if isinstance(captions, pa.Table):
+        return captions.select(["image_id", "text"])
+    return pa.Table.from_pandas(captions[["image_id", "text"]], preserve_index=False)
+
+
+def diversity(captions: pd.DataFrame | pa.Table) -> pd.DataFrame:
     """Lexical diversity of captions: length, vocabulary, distinct-n, within-image similarity."""
-    # One caption at a time: only the distinct words and n-grams are kept, never every caption's
-    # token list (at 100k candidates that list was the export's memory peak).
+    # One caption at a time, from Arrow batches: only the distinct words and n-grams are kept, never
+    # every caption's token list nor every text as a Python object (at 100k candidates either was
+    # the export's memory peak).
+    table = _caption_table(captions)
     count, words, vocabulary = 0, 0, set()
     distinct: dict[int, set] = {1: set(), 2: set()}
     grams = dict.fromkeys(distinct, 0)
-    for text in captions["text"]:
-        tokens = [w.lower() for w in rules.words(text)]
-        count, words = count + 1, words + len(tokens)
-        vocabulary.update(tokens)
-        for n, seen in distinct.items():
-            seen.update(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
-            grams[n] += max(0, len(tokens) - n + 1)
+    for batch in table.select(["text"]).to_batches(max_chunksize=4096):
+        for text in batch.column(0).to_pylist():
+            tokens = [w.lower() for w in rules.words(text)]
+            count, words = count + 1, words + len(tokens)
+            vocabulary.update(tokens)
+            for n, seen in distinct.items():
+                seen.update(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
+                grams[n] += max(0, len(tokens) - n + 1)
     stats: dict[str, Any] = {"Captions": count}
     stats["Mean words"] = float(words / count) if count else float("nan")
     stats["Vocabulary"] = len(vocabulary)
     for n, seen in distinct.items():
         stats[f"Distinct-{n}"] = len(seen) / grams[n] if grams[n] else float("nan")
     sims = []
-    sample = sorted(captions["image_id"].unique())[:DIVERSITY_SAMPLE]
-    by_image = captions[captions["image_id"].isin(sample)].groupby("image_id")["text"]
-    for _, group in by_image:
+    sample = sorted(pc.unique(table["image_id"]).to_pylist())[:DIVERSITY_SAMPLE]
+    chosen = table.filter(pc.is_in(table["image_id"], value_set=pa.array(sample, pa.string())))
+    for _, group in chosen.to_pandas().groupby("image_id")["text"]:
         items = list(group)
         sims += [rules.ngram_similarity(a, b) for i, a in enumerate(items) for b in items[i + 1 :]]
     stats["Mean within-image overlap"] = float(sum(sims) / len(sims)) if sims else float("nan")
@@ -354,8 +365,12 @@ def write_card(
     manifest: dict[str, Any],
     metadata: dict[str, Any] | None = None,
     licences: pd.DataFrame | None = None,
+    caption_texts: pa.Table | None = None,
 ) -> Path:
-    """Write out/README.md (front matter `metadata` for the Hub, when given) and out/figures/*.png."""
+    """Write out/README.md (front matter `metadata` for the Hub, when given) and out/figures/*.png.
+
+    `captions` and `prompts` need only the card's columns (`export.card_frame`) when the caption
+    texts come as Arrow in `caption_texts` (image_id, text); otherwise `captions` holds the texts."""
     from lenses_data.card_meta import front_matter
 
     figures = plot_figures(out, images, captions, prompts)
@@ -394,7 +409,9 @@ def write_card(
         _md_table(families),
     )
     lines += _flags_section(captions, prompts, manifest)
-    lines += _section("Caption diversity", _md_table(diversity(captions)))
+    lines += _section(
+        "Caption diversity", _md_table(diversity(captions if caption_texts is None else caption_texts))
+    )
     lines += _compute(manifest)
     lines += _licences(licences)
     lines += _provenance(manifest)

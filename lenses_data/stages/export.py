@@ -8,6 +8,8 @@
     rejections.parquet  every stage's rejections, plus export's own (images left without texts)
     manifest.json       config, models, prompt hashes, package versions, counts per stage, simulated
     README.md + figures/  the dataset card (lenses_data.card), with the Hugging Face metadata block
+    card_counts.json    the card's count tables (Table 1, funnel, rejections), which the report shows
+    report/index.html + thumbs/  the build report (lenses_data.report; export.report_images, 0: none)
     hf/<config>/<split>-NNNNN-of-NNNNN.parquet  the Hugging Face layout (lenses_data.stages.export_hf):
                         `datasets.load_dataset(out, "captions")`; images embedded with `export.embed_images`
 
@@ -52,6 +54,9 @@ from lenses_data.stages.export_hf import hf_table, write_hf_layout
 log = logging.getLogger(__name__)
 STAGE = "export"
 FINAL_STAGE = "visual_validate"
+# Row groups of the flat tables: sorted by image_id (rejections: by stage and reason), so a reader
+# with a range filter (the build report's gallery and examples) skips the groups it does not need.
+ROW_GROUP_ROWS = 10_000
 COUNTED_STAGES = ("ingest", "dedupe", "filter", "split", "generate", "rules", "validate", "visual_validate")
 PACKAGES = (
     "lenses-data",
@@ -92,8 +97,37 @@ class ExportText(Record):
     flags: list[str]
 
 
-def typed_parquet(path: Path, frame: pd.DataFrame, model: type[BaseModel]) -> Path:
+def categorical_codes(column: pa.ChunkedArray | pa.Array, name: str) -> pa.Array:
+    """int32 positions of a lens/split column's values in the contract's order (null: unknown)."""
+    import pyarrow.compute as pc
+
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if pa.types.is_dictionary(column.type):
+        column = column.cast(pa.string())
+    names = pa.array(list(CATEGORICAL_COLUMNS[name]), pa.string())
+    return pc.index_in(column, value_set=names).cast(pa.int32())
+
+
+def typed_table(table: pa.Table, model: type[BaseModel]) -> pa.Table:
+    """Arrow rows of `model` with lens/split as dictionary columns holding every category in the
+    contract's order: what `typed_parquet` writes, without a pandas copy of the texts."""
+    columns, fields = [], []
+    for field in arrow_schema(model):
+        column = table[field.name]
+        if field.name in CATEGORICAL_COLUMNS:
+            names = pa.array(list(CATEGORICAL_COLUMNS[field.name]), pa.string())
+            column = pa.DictionaryArray.from_arrays(categorical_codes(column, field.name), names)
+            field = pa.field(field.name, pa.dictionary(pa.int32(), pa.string()), nullable=False)
+        columns.append(column.cast(field.type))
+        fields.append(field)
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+
+
+def typed_parquet(path: Path, frame: pd.DataFrame | pa.Table, model: type[BaseModel]) -> Path:
     """Write rows of `model` with lens/split as dictionary columns (pandas reads categoricals)."""
+    if isinstance(frame, pa.Table):
+        return io.write_table(path, typed_table(frame, model), row_group_size=ROW_GROUP_ROWS)
     schema = arrow_schema(model)
     frame = frame[list(schema.names)].copy()
     fields = []
@@ -105,7 +139,7 @@ def typed_parquet(path: Path, frame: pd.DataFrame, model: type[BaseModel]) -> Pa
             field = pa.field(field.name, pa.dictionary(pa.int32(), pa.string()), nullable=False)
         fields.append(field)
     table = pa.Table.from_pandas(frame, schema=pa.schema(fields), preserve_index=False)
-    return io.write_table(path, table)
+    return io.write_table(path, table, row_group_size=ROW_GROUP_ROWS)
 
 
 def read_columns(
@@ -122,22 +156,45 @@ def read_columns(
     return io.typed_frame(pa.concat_tables(tables) if tables else schema.empty_table())
 
 
-def final_texts(texts: pd.DataFrame, kind: str) -> pd.DataFrame:
-    chosen = texts[texts["kind"] == kind].copy()
-    chosen["original_text"] = chosen["original_text"].where(chosen["original_text"].notna(), chosen["text"])
-    chosen["edited"] = chosen["edited"].astype(bool)
-    chosen["idioms"] = chosen["idioms"].apply(lambda v: [] if v is None else list(v))
-    chosen["flags"] = chosen["flags"].apply(lambda v: [] if v is None else list(v))
-    return chosen.sort_values(["image_id", "lens", "text_id"]).reset_index(drop=True)
+# The columns of the final texts the card's tables count; the texts themselves stay in Arrow.
+CARD_COLUMNS = ("image_id", "split", "lens", "model", "idioms", "flags")
 
 
-def read_final_texts(run: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """captions, prompts, and one row per distinct (image_id, model, simulated) of the final texts.
-
-    The texts are read as one Arrow table (~0.4 KB a text) and only one kind at a time becomes
-    pandas objects (~2 KB a text): at 100k candidates (~400k texts) holding every text as objects
-    plus the per-kind copies is what made export the build's memory peak."""
+def final_texts(texts: pa.Table, kind: str) -> pa.Table:
+    """One kind's final texts, sorted by image, lens (contract order) and text id; an unedited
+    text's original_text is its text."""
     import pyarrow.compute as pc
+
+    chosen = texts.filter(pc.equal(texts["kind"], kind))
+    original = pc.coalesce(chosen["original_text"], chosen["text"])
+    chosen = chosen.set_column(chosen.schema.get_field_index("original_text"), "original_text", original)
+    for name in ("idioms", "flags"):
+        empty = pa.scalar([], type=chosen.schema.field(name).type)
+        chosen = chosen.set_column(
+            chosen.schema.get_field_index(name), name, pc.fill_null(chosen[name], empty)
+        )
+    chosen = chosen.append_column("_lens", categorical_codes(chosen["lens"], "lens"))
+    order = pc.sort_indices(
+        chosen, sort_keys=[("image_id", "ascending"), ("_lens", "ascending"), ("text_id", "ascending")]
+    )
+    return chosen.drop_columns(["_lens"]).take(order)
+
+
+def card_frame(texts: pa.Table) -> pd.DataFrame:
+    """The card's columns of final texts as pandas (lists as lists), ~0.2 KB a text instead of
+    ~2.3 KB with the texts: what the card's counts and plots read."""
+    frame = io.typed_frame(texts.select(list(CARD_COLUMNS)))
+    for name in ("idioms", "flags"):
+        frame[name] = [list(v) for v in frame[name]]
+    return frame
+
+
+def read_final_texts(run: Path) -> tuple[pa.Table, pa.Table, pd.DataFrame]:
+    """captions, prompts (Arrow, sorted), and one row per distinct (image_id, model, simulated).
+
+    The texts stay Arrow (~0.4 KB a text) all through export: the flat tables and the Hugging Face
+    shards are written from Arrow, and the card reads `card_frame`s plus the caption texts in
+    batches. As pandas objects (~2.3 KB a text) they were export's peak at 100k candidates."""
     import pyarrow.parquet as pq
 
     schema = arrow_schema(LensText)
@@ -150,10 +207,10 @@ def read_final_texts(run: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFram
         .group_by(["image_id", "model", "simulated"])
         .aggregate([])
     )
-    kinds = {}
-    for kind in ("caption", "prompt"):
-        kinds[kind] = final_texts(io.typed_frame(table.filter(pc.equal(table["kind"], kind))), kind)
-    return kinds["caption"], kinds["prompt"], light.to_pandas()
+    captions = final_texts(table, "caption")
+    prompts = final_texts(table, "prompt")
+    del table
+    return captions, prompts, light.to_pandas()
 
 
 def final_images(run: Path, texts: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -298,14 +355,18 @@ def export_dataset(run: str | Path, out: str | Path, config: Any = None) -> dict
     typed_parquet(out / "images.parquet", images, ExportImage)
     typed_parquet(out / "captions.parquet", captions, ExportText)
     typed_parquet(out / "prompts.parquet", prompts, ExportText)
+    rejections = rejections.sort_values(["stage", "reason"], kind="stable", ignore_index=True)
     rejections_table = io.to_table(rejections, Rejection)
-    io.write_table(out / "rejections.parquet", rejections_table)
+    io.write_table(out / "rejections.parquet", rejections_table, row_group_size=ROW_GROUP_ROWS)
     hf_tables = {
         "captions": hf_table(captions, ExportText),
         "prompts": hf_table(prompts, ExportText),
         "images": hf_table(images, ExportImage),
     }
     layout = write_hf_layout(out, hf_tables, rejections_table, export_settings(config))
+    del hf_tables
+    caption_texts = captions.select(["image_id", "text"])  # the card's diversity reads the texts
+    captions, prompts = card_frame(captions), card_frame(prompts)
     manifest = Manifest(
         created_at=dt.datetime.now(dt.UTC),
         config=config.model_dump(mode="json") if hasattr(config, "model_dump") else {},
@@ -327,9 +388,36 @@ def export_dataset(run: str | Path, out: str | Path, config: Any = None) -> dict
     io.atomic_write_json(out / "manifest.json", payload)
     metadata = card_metadata(layout, captions, images["licence"], payload)
     write_card(
-        out, run, images, captions, prompts, rejections, payload, metadata, licence_counts(images["licence"])
+        out,
+        run,
+        images,
+        captions,
+        prompts,
+        rejections,
+        payload,
+        metadata,
+        licence_counts(images["licence"]),
+        caption_texts=caption_texts,
     )
+    write_build_report(run, out, export_settings(config))
     return payload
+
+
+def write_build_report(run: Path, out: Path, settings: ExportConfig) -> None:
+    """out/report/index.html (lenses_data.report): the last step of the export; 0 images: none."""
+    if settings.report_images <= 0:
+        return
+    from lenses_data.report import REPORT_DIR, write_report
+
+    done = write_report(
+        run,
+        out,
+        out / REPORT_DIR,
+        n=settings.report_images,
+        examples=settings.report_examples,
+        groups=settings.report_groups,
+    )
+    log.info("export: report %s (%d images, %.1f s)", done["index"], done["images"], done["seconds"])
 
 
 class ExportStage:
@@ -345,6 +433,7 @@ class ExportStage:
         "rejections.parquet",
         "manifest.json",
         "hf",
+        "report",
     )
 
     def __init__(self, config: Any, client: Any = None) -> None:

@@ -82,8 +82,31 @@ def features(schema: pa.Schema) -> list[dict[str, Any]]:
     return items
 
 
-def hf_table(frame: pd.DataFrame, model: type[BaseModel]) -> pa.Table:
+def _arrow_hf_table(table: pa.Table, model: type[BaseModel]) -> pa.Table:
+    """`hf_table` of an Arrow table: the texts never become pandas objects."""
+    import pyarrow.compute as pc
+
+    from lenses_data.stages.export import categorical_codes
+
+    columns, fields = [], []
+    for field in arrow_schema(model):
+        column = table[field.name]
+        if field.name in CATEGORICAL_COLUMNS:
+            codes = categorical_codes(column, field.name)
+            if codes.null_count:
+                unknown = pc.unique(pc.filter(column, pc.is_null(codes))).to_pylist()
+                names = list(CATEGORICAL_COLUMNS[field.name])
+                raise ValueError(f"{field.name} values outside {names}: {sorted(map(str, unknown))}")
+            column, field = codes.cast(pa.int64()), pa.field(field.name, pa.int64(), nullable=False)
+        columns.append(column.cast(field.type))
+        fields.append(field)
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+
+
+def hf_table(frame: pd.DataFrame | pa.Table, model: type[BaseModel]) -> pa.Table:
     """Rows of `model` with each categorical column as int64 codes in the contract's order."""
+    if isinstance(frame, pa.Table):
+        return _arrow_hf_table(frame, model)
     schema = arrow_schema(model)
     frame = frame[list(schema.names)].copy()
     fields = []

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import random
+
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from lenses_data import card, card_meta, io
 from lenses_data.config.export import ExportConfig
-from lenses_data.schemas import LENS_NAMES, Rejection
-from lenses_data.stages.export import ExportImage, ExportText, typed_parquet
+from lenses_data.schemas import LENS_NAMES, LensText, Rejection, arrow_schema
+from lenses_data.stages.export import ExportImage, ExportText, card_frame, final_texts, typed_parquet
 from lenses_data.stages.export_hf import hf_table, write_hf_layout
 
 
@@ -124,3 +127,69 @@ def test_size_category_bounds():
         "100K<n<1M",
         "n>100M",
     ]
+
+
+def _lens_texts(rows: int = 60) -> pa.Table:
+    """Final texts as visual_validate stores them: both kinds, shuffled, some unedited (null
+    original_text) and some null idioms/flags lists."""
+    rng = random.Random(5)
+    lenses = list(LENS_NAMES)
+    data: dict[str, list] = {name: [] for name in arrow_schema(LensText).names}
+    for n in range(rows):
+        edited = rng.random() < 0.3
+        data["text_id"].append(f"t{rng.randrange(10**6):06d}")
+        data["image_id"].append(f"img{rng.randrange(7)}")
+        data["kind"].append(rng.choice(("caption", "prompt")))
+        data["lens"].append(rng.choice(lenses))
+        data["text"].append(f"text {n} " + " ".join(rng.choice("abcdefgh") for _ in range(6)))
+        data["focus"].append("f")
+        data["idioms"].append(rng.choice(([], ["house of cards"], None)))
+        data["candidate_index"].append(n)
+        data["prompt_name"].append("p")
+        data["prompt_hash"].append("h")
+        data["model"].append(rng.choice(("m1", "m2")))
+        data["simulated"].append(True)
+        data["edited"].append(edited)
+        data["original_text"].append(f"before {n}" if edited else None)
+        data["split"].append(rng.choice(("train", "valid", "test")))
+        data["flags"].append(rng.choice(([], ["forbidden_idiom"], None)))
+    schema = arrow_schema(LensText)
+    fields = [f.with_nullable(True) if f.name in ("idioms", "flags") else f for f in schema]
+    return pa.Table.from_pydict(data, schema=pa.schema(fields))
+
+
+def _pandas_final_texts(texts: pd.DataFrame, kind: str) -> pd.DataFrame:
+    """What export did before the texts stayed Arrow (the reference for the Arrow path)."""
+    chosen = texts[texts["kind"] == kind].copy()
+    chosen["original_text"] = chosen["original_text"].where(chosen["original_text"].notna(), chosen["text"])
+    chosen["edited"] = chosen["edited"].astype(bool)
+    chosen["idioms"] = chosen["idioms"].apply(lambda v: [] if v is None else list(v))
+    chosen["flags"] = chosen["flags"].apply(lambda v: [] if v is None else list(v))
+    return chosen.sort_values(["image_id", "lens", "text_id"]).reset_index(drop=True)
+
+
+@pytest.mark.parametrize("kind", ["caption", "prompt"])
+def test_arrow_export_tables_equal_the_pandas_ones(tmp_path, kind):
+    """Sorted by image, lens in contract order (not alphabetical) and text id; the flat table,
+    the Hugging Face table, the card's columns and the diversity table as the pandas path made them."""
+    texts = _lens_texts()
+    reference = _pandas_final_texts(io.typed_frame(texts), kind)
+    arrow = final_texts(texts, kind)
+    assert len(arrow) == len(reference) > 10
+    typed_parquet(tmp_path / "pandas.parquet", reference, ExportText)
+    typed_parquet(tmp_path / "arrow.parquet", arrow, ExportText)
+    written = pd.read_parquet(tmp_path / "arrow.parquet")
+    pd.testing.assert_frame_equal(written, pd.read_parquet(tmp_path / "pandas.parquet"))
+    for _, group in written.groupby("image_id"):
+        assert group["lens"].cat.codes.is_monotonic_increasing  # contract order within an image
+    assert hf_table(arrow, ExportText).equals(hf_table(reference, ExportText))
+    light = card_frame(arrow)
+    for column in ("image_id", "lens", "split", "model", "idioms", "flags"):
+        assert light[column].tolist() == reference[column].tolist(), column
+    pd.testing.assert_frame_equal(card.diversity(arrow), card.diversity(reference))
+
+
+def test_arrow_hf_table_refuses_unknown_values():
+    bad = pa.Table.from_pandas(_texts().assign(lens=["Literal", "Ironic", "Literal"]), preserve_index=False)
+    with pytest.raises(ValueError, match="Ironic"):
+        hf_table(bad, ExportText)
