@@ -21,6 +21,11 @@ from lenses_data.phrase_bank import default_phrase_bank
 from lenses_data.schemas import LENS_NAMES, SPLIT_NAMES
 
 FIGURES = "figures"
+# Said as loudly by the card and by the build report (lenses_data.report).
+SIMULATED_NOTE = (
+    "Model answers in this export came from the built-in simulator, not from InternVL3.5-38B or "
+    "Qwen2.5-32B-Instruct. Use it to check the pipeline, never to train or evaluate."
+)
 DIVERSITY_SAMPLE = 2000  # images used for the within-image similarity (pairwise, so bounded)
 
 
@@ -355,6 +360,43 @@ def _licences(licences: pd.DataFrame | None) -> list[str]:
     return _section("Licences", note, _md_table(licences))
 
 
+# The card's count tables as JSON next to it: the build report (lenses_data.report) shows these same
+# numbers without recounting the run (recounting reads every text of four stages).
+COUNTS_FILE = "card_counts.json"
+
+
+def count_tables(
+    run: Path, images: pd.DataFrame, captions: pd.DataFrame, prompts: pd.DataFrame, rejections: pd.DataFrame
+) -> dict[str, pd.DataFrame]:
+    """Table 1 for captions and prompts, the funnel, and rejections by stage and reason."""
+    return {
+        "captions": split_lens_table(images, captions, "Captions"),
+        "prompts": split_lens_table(images, prompts, "Prompts"),
+        "funnel": funnel(run, images, captions, prompts),
+        "rejections": rejection_table(rejections),
+    }
+
+
+def write_counts(out: Path, tables: dict[str, pd.DataFrame]) -> Path:
+    import json
+
+    # to_json: numpy integers become JSON numbers (json.dumps refuses them)
+    payload = {name: json.loads(t.to_json(orient="split", index=False)) for name, t in tables.items()}
+    io.atomic_write_json(out / COUNTS_FILE, payload)
+    return out / COUNTS_FILE
+
+
+def read_counts(out: Path) -> dict[str, pd.DataFrame] | None:
+    """The tables `write_counts` saved, or None for an export written before they were saved."""
+    import json
+
+    path = out / COUNTS_FILE
+    if not path.exists():
+        return None
+    payload = json.loads(path.read_text())
+    return {name: pd.DataFrame(t["data"], columns=t["columns"]) for name, t in payload.items()}
+
+
 def write_card(
     out: Path,
     run: Path,
@@ -374,13 +416,14 @@ def write_card(
     from lenses_data.card_meta import front_matter
 
     figures = plot_figures(out, images, captions, prompts)
+    counts = count_tables(run, images, captions, prompts, rejections)
+    write_counts(out, counts)
     shares, families = idiom_tables(captions, prompts)
     lines = [front_matter(metadata)] if metadata else []
     lines += ["# Lenses dataset card", ""]
     if manifest.get("simulated"):
         lines += [
-            "> **SIMULATED.** Model answers in this export came from the built-in simulator, not from",
-            "> InternVL3.5-38B or Qwen2.5-32B-Instruct. Use it to check the pipeline, never to train or evaluate.",
+            f"> **SIMULATED.** {SIMULATED_NOTE}",
             "",
         ]
     lines += [
@@ -389,17 +432,13 @@ def write_card(
         "",
     ]
     lines += _loading(metadata)
-    lines += _section(
-        "Captions by split and lens (cf. Table 1)", _md_table(split_lens_table(images, captions, "Captions"))
-    )
-    lines += _section(
-        "Image-side prompts by split and lens", _md_table(split_lens_table(images, prompts, "Prompts"))
-    )
+    lines += _section("Captions by split and lens (cf. Table 1)", _md_table(counts["captions"]))
+    lines += _section("Image-side prompts by split and lens", _md_table(counts["prompts"]))
     pictures = "\n".join(f"![{Path(f).stem.replace('_', ' ')}]({f})" for f in figures)
     lines += _section("Label balance and annotation density (cf. Figure 3)", pictures)
-    lines += _section("Funnel: candidates to final texts", _md_table(funnel(run, images, captions, prompts)))
+    lines += _section("Funnel: candidates to final texts", _md_table(counts["funnel"]))
     note = "Rows are rejection records (a text can violate several rules); Records counts distinct ids."
-    lines += _section("Rejection reasons by stage", note, _md_table(rejection_table(rejections)))
+    lines += _section("Rejection reasons by stage", note, _md_table(counts["rejections"]))
     lines += _section(
         "Idiom usage",
         "Texts containing at least one phrase-bank idiom, per lens:",

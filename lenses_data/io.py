@@ -136,9 +136,9 @@ def _clean_nan(row: dict[str, Any]) -> dict[str, Any]:
     return cleaned
 
 
-def write_table(path: Path, table: pa.Table) -> Path:
+def write_table(path: Path, table: pa.Table, row_group_size: int | None = None) -> Path:
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd")
+    pq.write_table(table, sink, compression="zstd", row_group_size=row_group_size)
     atomic_write_bytes(path, sink.getvalue().to_pybytes())
     return path
 

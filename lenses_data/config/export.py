@@ -2,7 +2,8 @@
 
 By default the images table holds paths on the build machine (small, but only useful there).
 `embed_images` also writes the Hugging Face images config with the image bytes in a
-`datasets.Image` column, so a copied or uploaded export still shows its images.
+`datasets.Image` column, so a copied or uploaded export still shows its images. The build report
+(lenses_data.report) is written at the end of the export.
 """
 
 from __future__ import annotations
@@ -26,3 +27,8 @@ class ExportConfig(BaseModel):
     shard_mb: float = Field(
         500.0, gt=0, description="Target size of one Parquet shard of the Hugging Face layout, in MB"
     )
+    report_images: int = Field(
+        200, ge=0, description="Images in the build report's gallery (export/report/index.html); 0: no report"
+    )
+    report_examples: int = Field(5, ge=0, description="Examples the build report shows per rejection reason")
+    report_groups: int = Field(24, ge=0, description="Near-duplicate groups the build report shows")

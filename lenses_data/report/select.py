@@ -1,0 +1,151 @@
+"""What the build report shows, read so that its cost follows N (the gallery size), not the dataset.
+
+- The gallery is N consecutive rows of `images.parquet` from a seeded start. The table is sorted by
+  `image_id`, a sha256 prefix, so a block of consecutive ids is a uniform random sample of images;
+  their texts are one block of `captions.parquet` and `prompts.parquet` (sorted by `image_id` too),
+  read with a range filter that skips the other row groups.
+- Rejection examples: `rejections.parquet` is sorted by stage and reason, so `head(k)` per reason
+  reads the row groups of that reason only.
+- Whole-dataset reads are single id-like columns (ingest `image_id`, dedupe `group_id`/`kept`,
+  generate `text_id`); wide columns (paths, texts, messages, answers) only for the rows shown.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from lenses_data import io
+
+TEXT_COLUMNS = ("text_id", "image_id", "split", "lens", "text", "focus", "edited", "original_text", "flags")
+REJECTION_COLUMNS = ("stage", "reason", "record_id", "image_id", "message", "raw", "source")
+
+
+def _rows(pf: pq.ParquetFile, start: int, stop: int) -> pa.Table:
+    """Rows [start, stop) of a Parquet file, reading only the row groups that hold them."""
+    groups, first, offset = [], 0, None
+    for index in range(pf.num_row_groups):
+        rows = pf.metadata.row_group(index).num_rows
+        if first < stop and first + rows > start:
+            groups.append(index)
+            offset = first if offset is None else offset
+        first += rows
+    if not groups:
+        return pf.schema_arrow.empty_table()
+    return pf.read_row_groups(groups).slice(start - offset, stop - start)
+
+
+def sample_images(export: Path, n: int, seed: int = 0) -> tuple[pd.DataFrame, int]:
+    """(N consecutive image rows from a seeded start, rows in images.parquet)."""
+    pf = pq.ParquetFile(export / "images.parquet")
+    total = pf.metadata.num_rows
+    n = min(n, total)
+    start = random.Random(seed).randrange(total - n + 1) if total else 0
+    return io.typed_frame(_rows(pf, start, start + n)), total
+
+
+def sample_texts(export: Path, ids: list[str]) -> pd.DataFrame:
+    """Captions and prompts of the sampled images (a `kind` column says which)."""
+    if not ids:
+        return pd.DataFrame(columns=[*TEXT_COLUMNS, "kind"])
+    lo, hi = min(ids), max(ids)
+    parts = []
+    for kind, name in (("caption", "captions.parquet"), ("prompt", "prompts.parquet")):
+        table = pq.read_table(
+            export / name,
+            columns=list(TEXT_COLUMNS),
+            filters=[("image_id", ">=", lo), ("image_id", "<=", hi)],
+        )
+        table = table.filter(pc.is_in(table["image_id"], value_set=pa.array(ids)))
+        parts.append(io.typed_frame(table).assign(kind=kind))
+    return pd.concat(parts, ignore_index=True)
+
+
+def lookup(paths: Iterable[Path], key: str, ids: Iterable[str], columns: tuple[str, ...]) -> pd.DataFrame:
+    """Rows whose `key` is in `ids`, from shards of any size: the key column is read everywhere,
+    the other columns only from shards that hold a wanted id."""
+    wanted = pa.array(sorted({i for i in ids if isinstance(i, str)}), type=pa.string())
+    parts = []
+    for path in paths if len(wanted) else ():
+        pf = pq.ParquetFile(path)
+        names = pf.schema_arrow.names
+        if key not in names:
+            continue
+        mask = pc.is_in(pf.read(columns=[key]).column(key), value_set=wanted)
+        if not pc.any(mask).as_py():
+            continue
+        parts.append(pf.read(columns=[c for c in columns if c in names]).filter(mask))
+    if not parts:
+        return pd.DataFrame(columns=list(columns))
+    frame = pa.concat_tables(parts, promote_options="default").to_pandas()
+    return frame.reindex(columns=list(columns))
+
+
+def shards(run: Path, stage: str) -> list[Path]:
+    folder = io.stage_dir(run, stage)
+    return sorted(folder.glob("part-*.parquet")) if folder.exists() else []
+
+
+def ingest_rows(run: Path, ids: Iterable[str]) -> pd.DataFrame:
+    """Path and licence of ingested images (the export's images table has no licence column)."""
+    found = lookup(shards(run, "ingest"), "image_id", ids, ("image_id", "path", "licence"))
+    return found.drop_duplicates("image_id").set_index("image_id")
+
+
+def dedupe_groups(run: Path, limit: int) -> list[dict[str, Any]]:
+    """Up to `limit` near-duplicate groups of two or more images: members (kept marked) and the
+    linked pairs with their Hamming distance and CLIP cosine where the signal gave one."""
+    paths = shards(run, "dedupe")
+    if not paths or limit <= 0:
+        return []
+    table = pa.concat_tables([pq.read_table(p, columns=["image_id", "group_id", "kept"]) for p in paths])
+    dropped = table.filter(pc.invert(table["kept"]))["group_id"]
+    chosen = sorted(set(pc.unique(dropped).to_pylist()))[:limit]
+    members = table.filter(pc.is_in(table["group_id"], value_set=pa.array(chosen, pa.string()))).to_pandas()
+    pairs_path = io.stage_dir(run, "dedupe") / "pairs.parquet"
+    ids = pa.array(sorted(members["image_id"]), pa.string())
+    pairs = pd.DataFrame(columns=["image_a", "image_b", "signal", "hamming", "cosine", "tier"])
+    if pairs_path.exists() and len(ids):
+        found = pq.read_table(pairs_path, columns=list(pairs.columns))
+        pairs = found.filter(pc.is_in(found["image_a"], value_set=ids)).to_pandas()
+    groups = []
+    for group_id in chosen:
+        rows = members[members["group_id"] == group_id].sort_values(
+            ["kept", "image_id"], ascending=[False, True]
+        )
+        inside = set(rows["image_id"])
+        linked = pairs[pairs["image_a"].isin(inside) & pairs["image_b"].isin(inside)]
+        groups.append(
+            {"group_id": group_id, "members": rows.to_dict("records"), "pairs": linked.to_dict("records")}
+        )
+    return groups
+
+
+def rejection_examples(
+    export: Path, keys: list[tuple[str, str]], k: int
+) -> dict[tuple[str, str], pd.DataFrame]:
+    """Up to k rows of each (stage, reason)."""
+    import pyarrow.dataset as ds
+
+    path = export / "rejections.parquet"
+    if k <= 0 or not keys or not path.exists():
+        return {}
+    data = ds.dataset(path, format="parquet")
+    out = {}
+    for stage, reason in keys:
+        where = (ds.field("stage") == stage) & (ds.field("reason") == reason)
+        out[(stage, reason)] = data.head(k, columns=list(REJECTION_COLUMNS), filter=where).to_pandas()
+    return out
+
+
+def rejected_texts(run: Path, text_ids: Iterable[str]) -> pd.DataFrame:
+    """The generated texts that a text stage rejected, by text id (the rejection row holds only its id)."""
+    found = lookup(shards(run, "generate"), "text_id", text_ids, ("text_id", "kind", "lens", "text", "focus"))
+    return found.drop_duplicates("text_id").set_index("text_id")
