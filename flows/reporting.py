@@ -1,4 +1,5 @@
-"""What a build shows in the Prefect UI: the funnel, one table per stage, progress per shard.
+"""What a build shows in the Prefect UI: the funnel (with a link to the build report), one table per
+stage, progress per shard.
 
 Every artifact key starts with the run directory's slug (`flows.common.run_slug`), so each
 dataset keeps its own history. Tables and the funnel are published by the flow that called the
@@ -7,6 +8,7 @@ stage (the build's own run), not by the per-stage subflow, so one run page holds
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -32,11 +34,23 @@ def summary_markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def funnel_markdown(summaries: list[dict[str, Any]], run_dir: str = "") -> str:
+def report_path(run_dir: str, summaries: list[dict[str, Any]]) -> Path | None:
+    """The build report the export of this build wrote (lenses_data.report), if it got that far."""
+    index = Path(run_dir).resolve() / "export" / "report" / "index.html"
+    exported = any(item.get("stage") == "export" for item in summaries)
+    return index if exported and index.exists() else None
+
+
+def funnel_markdown(summaries: list[dict[str, Any]], run_dir: str = "", report: Path | None = None) -> str:
     title = f"## Lenses build funnel: `{run_dir}`" if run_dir else "## Lenses build funnel"
-    lines = [
-        title,
-        "",
+    lines = [title, ""]
+    if report is not None:
+        # The page lives on the build machine's disk: the path to open, and a link for a local UI.
+        lines += [
+            f"**Build report:** [`{report}`]({report.as_uri()}) (images, texts by lens, rejections)",
+            "",
+        ]
+    lines += [
         "| stage | in | out | rejected | shards | skipped |",
         "|---|---:|---:|---:|---:|---:|",
     ]
@@ -85,7 +99,7 @@ def publish_funnel(run_dir: str, summaries: list[dict[str, Any]]) -> None:
 
     create_markdown_artifact(
         key=funnel_key(run_dir),
-        markdown=funnel_markdown(summaries, run_dir),
+        markdown=funnel_markdown(summaries, run_dir, report_path(run_dir, summaries)),
         description=f"Lenses build funnel of {run_dir}",
     )
 

@@ -97,6 +97,9 @@ def handle(args: argparse.Namespace) -> int:
         print(
             f"dataset:       {export_dir}  (images/captions/prompts/rejections.parquet, manifest.json, README.md)"
         )
+    report = export_dir / "report" / "index.html"
+    if report.exists():
+        print(f"report:        {report}  (open it in a browser: images, texts by lens, rejections)")
     if result.get("simulated"):
         print(SIMULATED_BANNER, file=sys.stderr)
     return 0
