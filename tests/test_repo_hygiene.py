@@ -78,6 +78,7 @@ def test_every_listed_command_answers_help():
         "validate",
         "visual-validate",
         "export",
+        "report",
         "run",
         "simulate",
         "serve",
