@@ -97,6 +97,53 @@ def to_table(records: Sequence[BaseModel] | pd.DataFrame, model: type[BaseModel]
     return pa.Table.from_pydict(columns, schema=schema)
 
 
+def columns_to_table(columns: dict[str, Any], model: type[BaseModel]) -> pa.Table:
+    """Build a table from whole columns (arrays, Series, lists) a stage computed itself, checked
+    column by column instead of row by row: every field present and no other, arrow types,
+    no null in a required field, Literal/Enum fields only holding their allowed values.
+
+    For large vectorised outputs (dedupe's records and pairs: 200k rows cost ~6 s through
+    `to_table`); rows from outside the stage still go through `to_table`'s pydantic validation.
+    """
+    import pyarrow.compute as pc
+
+    schema = arrow_schema(model)
+    if set(columns) != set(schema.names):
+        missing, extra = set(schema.names) - set(columns), set(columns) - set(schema.names)
+        raise ValueError(f"{model.__name__}: missing columns {sorted(missing)}, unknown {sorted(extra)}")
+    if _dict_fields(model):
+        raise TypeError(f"{model.__name__} has JSON (dict) fields: use to_table")
+    arrays = []
+    for field in schema:
+        array = pa.array(columns[field.name], type=field.type, from_pandas=True)  # NaN -> null
+        if not field.nullable and array.null_count:
+            raise ValueError(
+                f"{model.__name__}.{field.name}: {array.null_count} null value(s) in a required field"
+            )
+        allowed = _allowed_values(model.model_fields[field.name].annotation)
+        if allowed is not None and len(array):
+            known = pc.is_in(array, value_set=pa.array(allowed, pa.string()))
+            bad = pc.and_(pc.is_valid(array), pc.invert(known))  # nulls are the nullability check's
+            if pc.any(bad).as_py():
+                found = sorted(set(pc.filter(array, bad).to_pylist()))
+                raise ValueError(f"{model.__name__}.{field.name}: values {found[:5]} not in {allowed}")
+        arrays.append(array)
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _allowed_values(annotation: Any) -> list[str] | None:
+    """The values a Literal or Enum field (optional or not) may take; None for other fields."""
+    from enum import Enum
+
+    args = typing.get_args(annotation) if typing.get_origin(annotation) in (Union, types.UnionType) else ()
+    inner = next((a for a in args if a is not type(None)), annotation) if args else annotation
+    if typing.get_origin(inner) is typing.Literal:
+        return [str(v) for v in typing.get_args(inner)]
+    if isinstance(inner, type) and issubclass(inner, Enum):
+        return [str(m.value) for m in inner]
+    return None
+
+
 def _dict_fields(model: type[BaseModel]) -> set[str]:
     """Fields annotated as dicts: the arrow schema stores them as JSON text."""
     names = set()

@@ -44,62 +44,90 @@ def _failure(row: dict, reason: str, message: str) -> dict[str, Any]:
     }
 
 
-def _hash_step(frame: pd.DataFrame, config: DedupeConfig, rejections: list) -> pd.DataFrame:
+@dataclass
+class Codes:
+    """Hash codes aligned with the rows of the frame they were computed for."""
+
+    phash: np.ndarray  # (n,) int64: the whole-image hash of `hash_kind`
+    crops: np.ndarray | None  # (n, 3) int64: whole-view pHash + centre-crop pHashes (phash kind only)
+    dhashes: np.ndarray | None  # (n, 3) int64: dHashes of the same three views
+
+    def take(self, keep: np.ndarray) -> Codes:
+        return Codes(self.phash[keep], *(None if m is None else m[keep] for m in (self.crops, self.dhashes)))
+
+
+def _stored_codes(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows whose stored codes are current, crop matrix, dHash matrix); other rows are zeros."""
+    from lenses_data.dedupe.hashing import CROP_LEVELS, HASH_VERSION
+
+    n, width = len(frame), 1 + len(CROP_LEVELS)
+    version = frame["hash_version"].to_numpy(object) if "hash_version" in frame else np.full(n, None, object)
+    stored = version == HASH_VERSION
+    crops, dhashes = np.zeros((n, width), np.int64), np.zeros((n, width), np.int64)
+    rows = np.flatnonzero(stored)
+    if len(rows):  # current codes are never null: ingest stores all of them or none
+        crops[rows, 0] = frame["phash"].to_numpy()[rows]
+        crops[rows, 1:] = np.stack(frame["phash_crops"].to_numpy(object)[rows]).astype(np.int64)
+        dhashes[rows] = np.stack(frame["dhashes"].to_numpy(object)[rows]).astype(np.int64)
+    return stored, crops, dhashes
+
+
+def _hash_step(frame: pd.DataFrame, config: DedupeConfig, rejections: list) -> tuple[pd.DataFrame, Codes]:
     """Hashes stored by ingest where they are of the current version; the rest hashed on demand
     (run directories ingested before hashes were stored, or another `hash_kind`)."""
-    from lenses_data.dedupe.hashing import HASH_VERSION, hash_files, hash_images
+    from lenses_data.dedupe.hashing import hash_files, hash_images
 
+    n = len(frame)
+    errors: list[str | None] = [None] * n
     if config.hash_kind != "phash":  # stored codes are pHashes: whole-image signal only
         results = hash_images(frame["path"].tolist(), config.hash_kind, config.hash_workers)
-        codes = [None if r.error else {"phash": r.value} for r in results]
+        codes = Codes(np.array([r.value or 0 for r in results], dtype=np.int64), None, None)
         errors = [r.error for r in results]
     else:
-        version = frame["hash_version"] if "hash_version" in frame else pd.Series(None, index=frame.index)
-        stale = np.flatnonzero((version != HASH_VERSION).to_numpy())
-        codes = [None] * len(frame)
-        errors: list[str | None] = [None] * len(frame)
-        for row in np.flatnonzero((version == HASH_VERSION).to_numpy()):
-            codes[row] = {k: frame.at[row, k] for k in ("phash", "phash_crops", "dhashes")}
+        stored, crops, dhashes = _stored_codes(frame)
+        stale = np.flatnonzero(~stored)
         if len(stale):
-            log.info("dedupe: %d of %d images have no stored hashes; hashing them", len(stale), len(frame))
+            log.info("dedupe: %d of %d images have no stored hashes; hashing them", len(stale), n)
         fresh = hash_files(frame["path"].iloc[stale].tolist(), config.hash_workers)
         for row, (value, error) in zip(stale, fresh, strict=True):
-            codes[row], errors[row] = value, error
-    for row, error in zip(frame.to_dict(orient="records"), errors, strict=True):
-        if error is not None:
-            rejections.append(_failure(row, "hash_failed", f"{config.hash_kind} failed: {error}"))
-    ok = np.array([e is None for e in errors], dtype=bool)
-    kept = [c for c in codes if c is not None]
-    frame = frame[ok].reset_index(drop=True)[["image_id", "path", "width", "height", "source"]]
-    frame["phash"] = np.array([c["phash"] for c in kept], dtype=np.int64)
-    if config.hash_kind == "phash":
-        frame["crop_codes"] = [[c["phash"], *c["phash_crops"]] for c in kept]
-        frame["dhashes"] = [list(c["dhashes"]) for c in kept]
-    return frame
+            errors[row] = error
+            if value is not None:
+                crops[row] = [value["phash"], *value["phash_crops"]]
+                dhashes[row] = value["dhashes"]
+        codes = Codes(crops[:, 0].copy(), crops, dhashes)
+    failed = [row for row, error in enumerate(errors) if error is not None]
+    for row in failed:
+        info = {"image_id": frame["image_id"].iat[row], "source": frame.get("source", {}).get(row)}
+        rejections.append(_failure(info, "hash_failed", f"{config.hash_kind} failed: {errors[row]}"))
+    ok = np.ones(n, dtype=bool)
+    ok[failed] = False
+    columns = [c for c in ("image_id", "path", "width", "height", "source") if c in frame]
+    frame = frame.loc[ok, columns].reset_index(drop=True)
+    frame["phash"] = codes.phash[ok]
+    return frame, codes.take(ok)
 
 
-def _crop_step(frame: pd.DataFrame, config: DedupeConfig):
-    if not config.crop_signal or "crop_codes" not in frame or len(frame) < 2:
+def _crop_step(codes: Codes, config: DedupeConfig):
+    if not config.crop_signal or codes.crops is None or len(codes.phash) < 2:
         return None, None
     from lenses_data.dedupe.crops import crop_pairs
 
-    phashes = np.array(frame["crop_codes"].tolist(), dtype=np.int64).reshape(len(frame), -1)
-    dhashes = np.array(frame["dhashes"].tolist(), dtype=np.int64).reshape(len(frame), -1)
     pairs, aligned, report = crop_pairs(
-        phashes, dhashes, config.crop_radius, config.crop_confirm_radius, config.hash_flat_max
+        codes.crops, codes.dhashes, config.crop_radius, config.crop_confirm_radius, config.hash_flat_max
     )
     return (pairs, aligned), report
 
 
-def _clip_step(frame: pd.DataFrame, config: DedupeConfig, rejections: list):
+def _clip_step(frame: pd.DataFrame, codes: Codes, config: DedupeConfig, rejections: list):
     from lenses_data.dedupe.clip_embed import embed_images
 
     result = embed_images(frame["path"].tolist(), config)
     for index, message in sorted(result.errors.items()):
         row = frame.iloc[index].to_dict()
         rejections.append(_failure(row, "embedding_failed", f"CLIP embedding failed: {message}"))
-    frame = frame[result.ok].reset_index(drop=True)
-    return frame, result.embeddings.astype(np.float16), result.device
+    ok = np.asarray(result.ok, dtype=bool)
+    frame = frame[ok].reset_index(drop=True)
+    return frame, codes.take(ok), result.embeddings.astype(np.float16), result.device
 
 
 def _clusters(emb: np.ndarray, config: DedupeConfig) -> np.ndarray | None:
@@ -146,21 +174,21 @@ def find_duplicates(frame: pd.DataFrame, config: DedupeConfig) -> DedupeResult:
     frame = frame.sort_values("image_id", ignore_index=True)
     rejections: list[dict[str, Any]] = []
     timings: dict[str, float] = {}
-    frame = _hash_step(frame, config, rejections)
+    frame, hashes = _hash_step(frame, config, rejections)
     timings["hash_s"] = time.monotonic() - started
     status = clip_status(config) if config.clip_model else "off"
     emb, device = None, None
     if status != "off":
-        frame, emb, device = _clip_step(frame, config, rejections)
+        frame, hashes, emb, device = _clip_step(frame, hashes, config, rejections)
         timings["embed_s"] = time.monotonic() - started - sum(timings.values())
     mark = time.monotonic()
     plan = plan_search(len(frame), config.leak_radius, config.hash_flat_max)
-    hash_pairs, _, plan = range_pairs(frame["phash"].to_numpy(np.int64), config.leak_radius, plan)
+    hash_pairs, _, plan = range_pairs(hashes.phash, config.leak_radius, plan)
     clip_idx, _sims, clip_report = _clip_pairs(emb, config)
-    crop, crop_report = _crop_step(frame, config)
+    crop, crop_report = _crop_step(hashes, config)
     timings["search_s"] = time.monotonic() - mark
     t = Thresholds(config.hamming_radius, config.leak_radius, config.clip_threshold, config.leakage_threshold)
-    codes = frame["phash"].to_numpy(np.int64)
+    codes = hashes.phash
     pairs = combine_pairs(codes, hash_pairs, clip_idx, _sims, emb, t, crop)
     groups = build_groups(
         frame["image_id"].to_numpy(), (frame["width"] * frame["height"]).to_numpy(), pairs, t
@@ -178,35 +206,37 @@ def find_duplicates(frame: pd.DataFrame, config: DedupeConfig) -> DedupeResult:
 
 
 def _pair_table(pairs: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
+    """DedupePair columns; missing hamming/cosine are NA/NaN (null in Parquet)."""
     ids = frame["image_id"].to_numpy()
-    table = pd.DataFrame(
+    return pd.DataFrame(
         {
             "image_a": ids[pairs["a"].to_numpy(np.int64)],
             "image_b": ids[pairs["b"].to_numpy(np.int64)],
-            "signal": pairs["signal"],
-            "hamming": pairs["hamming"].astype("Int64"),
-            "cosine": pairs["cosine"].astype(float),
-            "tier": pairs["tier"],
+            "signal": pairs["signal"].to_numpy(),
+            "hamming": pairs["hamming"].astype("Int64").array,
+            "cosine": pairs["cosine"].to_numpy(float),
+            "tier": pairs["tier"].to_numpy(),
         }
     )
-    return table.astype({"hamming": object}).where(table.notna(), None)
 
 
 def _removal_rejections(frame: pd.DataFrame, records: pd.DataFrame) -> list[dict[str, Any]]:
     removed = records[~records["kept"]]
-    info = frame.set_index("image_id")
+    ids = frame["image_id"].tolist()
+    size = dict(zip(ids, zip(frame["width"].tolist(), frame["height"].tolist(), strict=True), strict=True))
+    sources = frame["source"].tolist() if "source" in frame else [None] * len(ids)
+    source = dict(zip(ids, sources, strict=True))
+    units = {"phash": "bits", "both": "bits", "phash_crop": "bits (aligned crop hashes)"}
     rows = []
     for rec in removed.itertuples(index=False):
-        keeper = info.loc[rec.duplicate_of]
+        width, height = size[rec.duplicate_of]
         via = "" if rec.linked_via == rec.duplicate_of else f", linked via {rec.linked_via}"
-        unit = {"phash": "bits", "both": "bits", "phash_crop": "bits (aligned crop hashes)"}.get(
-            rec.signal, "(1 - cosine)"
-        )
+        unit = units.get(rec.signal, "(1 - cosine)")
         message = (
-            f"near-duplicate of {rec.duplicate_of} (kept: {keeper['width']}x{keeper['height']}; rule: largest "
+            f"near-duplicate of {rec.duplicate_of} (kept: {width}x{height}; rule: largest "
             f"resolution, then lowest id); signal {rec.signal}, distance {rec.distance:.4g} {unit}{via}"
         )
-        row = {"image_id": rec.image_id, "source": info.loc[rec.image_id].get("source")}
+        row = {"image_id": rec.image_id, "source": source[rec.image_id]}
         rows.append(_failure(row, REASON[rec.signal], message))
     return rows
 

@@ -18,9 +18,17 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from lenses_data import io
-from lenses_data.schemas import CandidateImage, DedupePair, DedupeRecord, FilterDecision, Rejection
+from lenses_data.schemas import (
+    CandidateImage,
+    DedupePair,
+    DedupeRecord,
+    FilterDecision,
+    Rejection,
+    arrow_schema,
+)
 from lenses_data.stages.base import ShardStats, shard_done, summarize
 
 log = logging.getLogger(__name__)
@@ -32,20 +40,40 @@ EMBEDDINGS = "embeddings.npy"
 EMBEDDING_IDS = "embedding_ids.npy"
 
 
+COLUMNS = ["image_id", "path", "width", "height", "source", "phash", "phash_crops", "dhashes", "hash_version"]
+
+
 def load_candidates(run: Path, config: Any) -> pd.DataFrame:
-    """Ingested images; only filter-passed ones when the paper's filter-then-dedupe order is on."""
-    frame = io.read_stage(run, "ingest", CandidateImage)
+    """Ingested images; only filter-passed ones when the paper's filter-then-dedupe order is on.
+
+    Read through Arrow, only the columns dedupe uses: pandas would turn an int64 column with a
+    null (an image whose hashing failed at ingest) into float64 and lose the low bits of every
+    hash. A null hash is 0 here; its row has no `hash_version`, so it is hashed on demand.
+    """
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    schema = arrow_schema(CandidateImage)
+    tables = [pq.read_table(p, schema=schema, columns=COLUMNS) for p in io.stage_shards(run, "ingest")]
+    table = pa.concat_tables(tables) if tables else schema.empty_table().select(COLUMNS)
     if not getattr(config, "dedupe_before_filter", True) and io.stage_is_complete(run, "filter"):
         decisions = io.read_stage(run, "filter", FilterDecision)
-        frame = frame[frame["image_id"].isin(set(decisions.loc[decisions["passed"], "image_id"]))]
-    columns = ["image_id", "path", "width", "height", "source", "phash", "phash_crops", "dhashes", "hash_version"]
-    return frame[columns].reset_index(drop=True)
+        passed = pa.array(decisions.loc[decisions["passed"], "image_id"].tolist(), pa.string())
+        table = table.filter(pc.is_in(table.column("image_id"), value_set=passed))
+    phash = table.column("phash").fill_null(0).to_numpy()
+    frame = table.drop_columns(["phash"]).to_pandas()
+    frame.insert(5, "phash", phash)
+    return frame
 
 
 def _save_npy(path: Path, array: np.ndarray) -> None:
     buffer = pyio.BytesIO()
     np.save(buffer, array, allow_pickle=False)
     io.atomic_write_bytes(path, buffer.getvalue())
+
+
+def _table(frame: pd.DataFrame, model: type) -> pa.Table:
+    return io.columns_to_table({name: frame[name] for name in model.model_fields}, model)
 
 
 def read_summary(run: str | Path) -> dict[str, Any]:
@@ -64,7 +92,7 @@ class DedupeStage:
 
     name = STAGE
     input_stage = "ingest"
-    reads = ("image_id", "path", "width", "height", "source", "phash", "phash_crops", "dhashes", "hash_version")
+    reads = tuple(COLUMNS)
     writes = tuple(DedupeRecord.model_fields)
 
     def __init__(self, config: Any) -> None:
@@ -86,11 +114,12 @@ class DedupeStage:
         if result.embeddings is not None:
             _save_npy(folder / EMBEDDINGS, result.embeddings)
             _save_npy(folder / EMBEDDING_IDS, result.records["image_id"].to_numpy().astype("U16"))
-        io.write_table(folder / PAIRS, io.to_table(result.pairs, DedupePair))
+        # Built column by column (io.columns_to_table): at 20k images the pairs alone are ~200k rows.
+        io.write_table(folder / PAIRS, _table(result.pairs, DedupePair))
         io.atomic_write_json(folder / SUMMARY, result.summary)
         rejections = pd.DataFrame(result.rejections, columns=list(Rejection.model_fields))
-        io.write_rejections(run, STAGE, shard, rejections)
-        io.write_shard(run, STAGE, shard, result.records[list(DedupeRecord.model_fields)], DedupeRecord)
+        io.write_table(io.rejection_path(run, STAGE, shard), _table(rejections, Rejection))
+        io.write_table(io.shard_path(run, STAGE, shard), _table(result.records, DedupeRecord))
         reasons = rejections["reason"].value_counts().to_dict()
         return ShardStats(
             stage=STAGE,

@@ -169,3 +169,34 @@ def test_dict_fields_are_stored_as_json_text_and_round_trip(tmp_path: Path) -> N
     assert list(frame["usage"]) == ['{"in": 1, "out": 2}', "{}"]
     back = lio.to_table(frame, Usage).to_pylist()  # a frame read back validates again
     assert [Usage.model_validate(lio._load_json_fields(r, {"usage", "extra"})) for r in back] == rows
+
+
+def test_columns_to_table_equals_the_validated_table_and_checks_each_column() -> None:
+    """Columns a stage computed itself make the same table as row-by-row validation, and the
+    column checks refuse what pydantic would: a missing or unknown column, a null in a required
+    field, a value outside a Literal."""
+    import numpy as np
+
+    from lenses_data.schemas import DedupePair
+
+    frame = pd.DataFrame(
+        {
+            "image_a": ["a", "b", "c"],
+            "image_b": ["d", "e", "f"],
+            "signal": ["phash", "phash_crop", "clip"],
+            "hamming": pd.array([3, 9, None], dtype="Int64"),
+            "cosine": [np.nan, np.nan, 0.97],
+            "tier": ["duplicate", "duplicate", "leakage"],
+        }
+    )
+    columns = {name: frame[name] for name in frame}
+    assert lio.columns_to_table(columns, DedupePair).equals(lio.to_table(frame, DedupePair))
+    with pytest.raises(ValueError, match="signal.*'pHash'"):
+        lio.columns_to_table({**columns, "signal": ["phash", "pHash", "clip"]}, DedupePair)
+    with pytest.raises(ValueError, match="tier: 1 null"):
+        lio.columns_to_table({**columns, "tier": ["duplicate", None, "leakage"]}, DedupePair)
+    with pytest.raises(ValueError, match="missing columns \\['tier'\\], unknown \\['extra'\\]"):
+        without_tier = {k: v for k, v in columns.items() if k != "tier"}
+        lio.columns_to_table({**without_tier, "extra": [1, 2, 3]}, DedupePair)
+    with pytest.raises(pa.ArrowInvalid):
+        lio.columns_to_table({**columns, "hamming": ["x", "y", "z"]}, DedupePair)

@@ -193,6 +193,32 @@ def test_unreadable_image_is_a_rejection_not_a_failed_run(ingested_run, tmp_path
     assert len(records) + (rejections["reason"] == "hash_failed").sum() == len(ingest)
 
 
+def test_a_row_without_hashes_leaves_the_other_hashes_exact(ingested_run, tmp_path) -> None:
+    """One image whose hashing failed at ingest (null hash columns) must not turn the int64 hash
+    column into floats: every other image keeps its stored 64-bit hash bit for bit."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    run = fresh_run(ingested_run, tmp_path)
+    shards = sorted((run / "ingest").glob("part-*.parquet"))
+    table = pq.read_table(shards[0])
+    stored = dict(zip(table.column("image_id").to_pylist(), table.column("phash").to_pylist(), strict=True))
+    assert any(abs(v) > 2**53 for v in stored.values())  # low bits a float64 would lose
+    victim = table.column("image_id")[0].as_py()
+    for name in ("phash", "phash_crops", "dhashes", "hash_version"):
+        index = table.schema.get_field_index(name)
+        column = table.column(name).to_pylist()
+        column[0] = None
+        field = table.schema.field(index)
+        table = table.set_column(index, field, pa.array(column, field.type))
+    pq.write_table(table, shards[0])
+    records = dedupe(run).set_index("image_id")["phash"]
+    for image_id, value in stored.items():
+        if image_id != victim:
+            assert records[image_id] == value, image_id
+    assert records[victim] == stored[victim]  # hashed on demand from its file, the way ingest does
+
+
 def test_clip_mechanics_with_random_weights(ingested_run, tmp_path) -> None:
     config_file = tmp_path / "lenses-tiny-clip.json"
     config_file.write_text(json.dumps(TINY_CLIP))
