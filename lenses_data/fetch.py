@@ -14,11 +14,13 @@ import ipaddress
 import socket
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 
-import httpx
-
 from lenses_data.config.ingest import IngestConfig
+
+if TYPE_CHECKING:
+    import httpx  # imported where a request is made: ingest of local files never needs it
 
 BAD_URL = "bad_url"
 PRIVATE_HOST = "private_host"
@@ -81,12 +83,16 @@ def check_host(url: str, allow_private: bool) -> None:
 
 
 def make_client(config: IngestConfig) -> httpx.Client:
+    import httpx
+
     timeout = httpx.Timeout(config.download_timeout_s)
     return httpx.Client(timeout=timeout, follow_redirects=False, headers={"User-Agent": config.user_agent})
 
 
 def fetch_url(client: httpx.Client, url: str, config: IngestConfig) -> Fetched:
     """Download one image URL or raise `FetchError` with a reason code."""
+    import httpx
+
     deadline = time.monotonic() + config.download_timeout_s
     seen = {url}
     current = url

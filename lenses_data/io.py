@@ -13,19 +13,29 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 import types
 import typing
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
 from lenses_data.schemas import CATEGORICAL_COLUMNS, Rejection, arrow_schema
+
+if TYPE_CHECKING:
+    import pandas as pd
+# pandas is imported by the functions that return frames, not here: writers (ingest) do not
+# need it, and it is ~0.3 s of every `lenses` command's start-up. A DataFrame or pd.NA can only
+# exist once something imported pandas, so the checks below look in sys.modules.
+
+
+def _loaded_pandas() -> Any:
+    return sys.modules.get("pandas")
 
 SUCCESS_MARKER = "_SUCCESS.json"
 REJECTIONS_DIR = "rejections"
@@ -84,7 +94,8 @@ def atomic_write_json(path: Path, payload: Any) -> None:
 def to_table(records: Sequence[BaseModel] | pd.DataFrame, model: type[BaseModel]) -> pa.Table:
     """Validate rows against their record model and build a table with the derived schema."""
     schema = arrow_schema(model)
-    if isinstance(records, pd.DataFrame):
+    pandas = _loaded_pandas()
+    if pandas is not None and isinstance(records, pandas.DataFrame):
         rows = records.to_dict(orient="records")
     else:
         rows = [r.model_dump(mode="python") if isinstance(r, BaseModel) else dict(r) for r in records]
@@ -173,9 +184,11 @@ def _dump_json_fields(record: BaseModel, names: set[str]) -> dict[str, Any]:
 
 def _clean_nan(row: dict[str, Any]) -> dict[str, Any]:
     """pandas turns missing values into NaN/NA; pydantic wants None."""
+    pandas = _loaded_pandas()
+    na = pandas.NA if pandas is not None else object()  # a fresh object matches nothing
     cleaned = {}
     for key, value in row.items():
-        if value is pd.NA or (isinstance(value, float) and value != value):
+        if value is na or (isinstance(value, float) and value != value):
             value = None
         elif hasattr(value, "tolist") and not isinstance(value, str):
             value = value.tolist()
@@ -250,6 +263,8 @@ def stage_shards(run: str | Path, stage: str, *, require_complete: bool = True) 
 
 def typed_frame(table: pa.Table) -> pd.DataFrame:
     """pandas frame with categorical lens/split columns in the paper's order."""
+    import pandas as pd
+
     frame = table.to_pandas()
     for column, categories in CATEGORICAL_COLUMNS.items():
         if column in frame.columns:
@@ -265,6 +280,8 @@ def read_parquet_files(paths: Sequence[Path], model: type[BaseModel] | None = No
     else:
         tables = [pq.read_table(p) for p in paths]
         if not tables:
+            import pandas as pd
+
             return pd.DataFrame()
         table = pa.concat_tables(tables, promote_options="default")
     return typed_frame(table)

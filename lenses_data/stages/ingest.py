@@ -25,12 +25,12 @@ from pydantic import ValidationError
 
 from lenses_data import io as lio
 from lenses_data.config import PipelineConfig
-from lenses_data.fetch import FetchError, fetch_url, make_client
+from lenses_data.fetch import FetchError, fetch_url
 from lenses_data.imaging import DecodeLimits
 from lenses_data.schemas import CandidateImage, Rejection
 from lenses_data.sources import SourceItem, detect_kind, iter_source
 from lenses_data.stages.base import ShardStats, shard_done
-from lenses_data.stages.ingest_exec import DecodePool, Progress, batched, ordered
+from lenses_data.stages.ingest_exec import DecodePool, LazyClient, Progress, batched, ordered
 from lenses_data.stages.ingest_rows import METADATA_FIELDS, KeptImages, shards_of
 
 STAGE = "ingest"
@@ -131,7 +131,7 @@ def _process(
     """Fetch (threads) then decode (processes); yields one outcome dict per item, in order."""
     ing = config.ingest
     decoder = DecodePool(ing.workers, decode_limits(config), str(run / "images"))
-    with decoder, make_client(ing) as client, ThreadPoolExecutor(ing.download_workers) as threads:
+    with decoder, LazyClient(ing) as client, ThreadPoolExecutor(ing.download_workers) as threads:
 
         def prepare(seq: int) -> Future | dict:
             item = items[seq]
@@ -152,9 +152,9 @@ def _process(
             yield from outcomes
 
 
-def _download(client: Any, seq: int, item: SourceItem, ing: Any) -> dict:
+def _download(client: LazyClient, seq: int, item: SourceItem, ing: Any) -> dict:
     try:
-        fetched = fetch_url(client, item.url, ing)
+        fetched = fetch_url(client.get(), item.url, ing)
     except FetchError as error:
         return {"seq": seq, "ok": False, "image_id": None, "reason": error.reason, "message": error.message}
     return {"seq": seq, "task": {"seq": seq, "path": None, "data": fetched.data}}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -154,6 +155,29 @@ class _Joined:
         except BrokenProcessPool:  # some decoder died: redo this batch image by image
             decoded = self._owner.redo_one_by_one(self._pool, self._tasks)
         return in_order(self._ready + decoded)
+
+
+class LazyClient:
+    """The HTTP client of URL sources, made by the first download that needs it: an ingest of
+    local files never loads httpx (and httpcore, which pulls in trio when installed)."""
+
+    def __init__(self, ingest_config: Any) -> None:
+        self._config, self._client, self._lock = ingest_config, None, threading.Lock()
+
+    def __enter__(self) -> LazyClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._client is not None:
+            self._client.close()
+
+    def get(self) -> Any:
+        with self._lock:  # downloads run in a thread pool
+            if self._client is None:
+                from lenses_data.fetch import make_client
+
+                self._client = make_client(self._config)
+            return self._client
 
 
 class Progress:

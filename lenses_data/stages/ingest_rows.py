@@ -56,7 +56,10 @@ class KeptImages:
 
     def _flush(self) -> None:
         if self._pending:
-            self._tables.append(lio.to_table(self._pending, CandidateImage))
+            # the rows are validated models already: dump once, check by column (not row by row again)
+            rows = [row.model_dump() for row in self._pending]
+            columns = {name: [row[name] for row in rows] for name in CandidateImage.model_fields}
+            self._tables.append(lio.columns_to_table(columns, CandidateImage))
             self._flushed += len(self._pending)
             self._pending = []
 
