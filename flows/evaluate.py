@@ -50,6 +50,12 @@ def evaluate_retriever(
             if value is not None:
                 merged[key] = value
         cfg = load_eval_config(config_path, merged)
+        if cfg.imp is not None and cfg.imp.difficulty_table is None:  # IMP split first, as its own step
+            from training.evaluation.imp_split import write_imp_split
+
+            table = str(write_imp_split(cfg)["difficulty"])
+            logger.info("IMP difficulty split written to %s", table)
+            cfg = cfg.model_copy(update={"imp": cfg.imp.model_copy(update={"difficulty_table": table})})
         results, paths = run_evaluation(cfg)
         for line in summary_lines(results):
             logger.info(line)

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"  # training/configs
 
@@ -74,6 +74,55 @@ class ExternalSection(_Section):
     irfl: list[IrflSection] = Field(default_factory=list)
 
 
+class ImpModelSection(_Section):
+    """One open_clip model of the IMP difficulty ensemble, from local files only."""
+
+    name: str = Field(description="Label in the difficulty table, thresholds.json and logs")
+    model_name: str = "ViT-B-32"
+    model_config_path: str | None = Field(default=None, description="JSON architecture file")
+    pretrained: str | None = Field(
+        default=None, description="Local open_clip checkpoint file; None = random weights (tests only)"
+    )
+    role: Literal["voter", "tie_breaker"] = "voter"
+    threshold: float | None = Field(
+        default=None, description="Fixed threshold (skips calibration), e.g. the paper's ViT-B/32 0.26"
+    )
+
+
+class ImpCalibrationSection(_Section):
+    table: str = Field(description="CSV or Parquet of image-text pairs: columns image, text, optional label")
+    image_root: str | None = Field(
+        default=None, description="Base of relative image paths (default: table's folder)"
+    )
+    batch_size: int = Field(
+        default=256, description="Without a label column: rows in batches, off-diagonal pairs are negatives"
+    )
+
+
+class ImpSection(_Section):
+    """IMP (seed 003) difficulty split of the evaluated split's true pairs, and its metrics."""
+
+    difficulty_table: str | None = Field(
+        default=None, description="Parquet from `lenses imp-split`; None = compute with `models`"
+    )
+    models: list[ImpModelSection] = Field(default_factory=list)
+    calibration: ImpCalibrationSection | None = None
+    batch_size: int = 64
+    device: str = "cpu"
+
+    @model_validator(mode="after")
+    def _check_models(self) -> ImpSection:
+        if self.difficulty_table is None and not any(m.role == "voter" for m in self.models):
+            raise ValueError("imp needs difficulty_table or at least one voter in models")
+        if sum(m.role == "tie_breaker" for m in self.models) > 1:
+            raise ValueError("imp allows at most one tie_breaker model")
+        if len({m.name for m in self.models}) < len(self.models):
+            raise ValueError("imp model names must be unique")
+        if self.calibration is None and any(m.threshold is None for m in self.models):
+            raise ValueError("imp models without a fixed threshold need a calibration table")
+        return self
+
+
 class EvalConfig(_Section):
     export_dir: str = Field(default="runs/export", description="`lenses export` folder")
     split: Literal["train", "valid", "test"] = "test"
@@ -88,6 +137,7 @@ class EvalConfig(_Section):
     baselines: BaselinesSection = Field(default_factory=BaselinesSection)
     external: ExternalSection = Field(default_factory=ExternalSection)
     routing: bool = True
+    imp: ImpSection | None = None
 
 
 def _merge(base: dict, override: dict) -> dict:

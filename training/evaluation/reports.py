@@ -2,7 +2,7 @@
 
 Tables: main Table 2 (lens x direction x R@1/R@5, one row per system, one table per per-lens
 protocol), main Table 6 (macro R@K over the five lenses), main Table 4 (lens diversity),
-polysemy metrics (IMP), supplementary Table 3 (similarity ablations), Table 4 (fallback
+polysemy metrics (IMP), IMP Tables 4-5 (per difficulty), supplementary Table 3 (similarity ablations), Table 4 (fallback
 rates), main Table 3b (text-only) and external benchmarks.
 """
 
@@ -87,6 +87,35 @@ def polysemy_markdown(systems: dict[str, dict[str, float]]) -> str:
     return _table(header, [[n, *(_fmt(m.get(k)) for k in keys)] for n, m in systems.items()])
 
 
+IMP_TITLES = ("Easy", "Medium", "Hard")
+
+
+def imp_retrieval_markdown(systems: dict[str, dict[str, float]]) -> str:
+    """IMP Table 4: per difficulty, R@5 (best positive) and medR (all positives), I→T then T→I."""
+    groups = [(d, t, k) for d, t in (("i2t", "I→T"), ("t2i", "T→I")) for k in ("easy", "medium", "hard")]
+    header = ["Model"] + [f"{t} {k.title()} {c}" for _, t, k in groups for c in ("R@5", "medR")]
+    rows = []
+    for name, m in systems.items():
+        cells = [
+            _fmt(m.get(f"{k}/{d}/{key}"), digits)
+            for d, _, k in groups
+            for key, digits in (("R@5", 1), ("medR_allpos", 0))
+        ]
+        rows.append([name, *cells])
+    return _table(header, rows)
+
+
+def imp_auprc_markdown(systems: dict[str, dict[str, float]]) -> str:
+    """IMP Table 5: AUPRC of binary image-text classification per difficulty."""
+    keys = ("easy", "medium", "hard", "all")
+    header = ["Model", *IMP_TITLES, "All", "pairs (E/M/H)"]
+    rows = []
+    for name, m in systems.items():
+        counts = "/".join(_fmt(m.get(f"{k}/n_pairs"), 0) for k in keys[:3])
+        rows.append([name, *(_fmt(m.get(f"{k}/AUPRC")) for k in keys), counts])
+    return _table(header, rows)
+
+
 def ablation_markdown(variants: dict[str, dict[str, float]]) -> str:
     header = ["Similarity variant", "I→T R@1", "I→T R@5", "T→I R@1", "T→I R@5"]
     keys = ("all/i2t/R@1", "all/i2t/R@5", "all/t2i/R@1", "all/t2i/R@5")
@@ -163,6 +192,13 @@ def render_markdown(results: dict[str, Any]) -> str:
         parts += [
             "## Polysemy metrics (IMP): R@K, meanR, medR (best positive; all positives), mAP@R",
             polysemy_markdown(main),
+        ]
+    if results.get("imp"):
+        parts += [
+            "## IMP difficulty split: R@5 and medR (all positives) per difficulty (IMP Table 4)",
+            imp_retrieval_markdown(results["imp"]),
+            "## IMP binary image-text classification, AUPRC per difficulty (IMP Table 5)",
+            imp_auprc_markdown(results["imp"]),
         ]
     if results.get("ablations"):
         parts += [

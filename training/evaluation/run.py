@@ -19,6 +19,8 @@ import torch
 from training.baselines.global_only import global_scores
 from training.evaluation.ablations import SIMILARITY_VARIANTS, similarity_ablation_scores, text_only_retrieval
 from training.evaluation.config import EvalConfig
+from training.evaluation.imp_metrics import imp_metrics
+from training.evaluation.imp_split import difficulty_codes
 from training.evaluation.inputs import (
     global_only_scores,
     lens_model_encodings,
@@ -78,9 +80,16 @@ def _text_slot_lens(enc: EncodedSplit, cfg: EvalConfig) -> torch.Tensor:
 
 
 def evaluate_encoded(
-    enc: EncodedSplit, cfg: EvalConfig, extra_systems: dict[str, np.ndarray] | None = None
+    enc: EncodedSplit,
+    cfg: EvalConfig,
+    extra_systems: dict[str, np.ndarray] | None = None,
+    difficulty: np.ndarray | None = None,
 ) -> dict[str, Any]:
-    """Every metric of the lens model (and of extra systems' score matrices) on one split."""
+    """Every metric of the lens model (and of extra systems' score matrices) on one split.
+
+    difficulty: IMP code per caption (0 easy, 1 medium, 2 hard, -1 none) for the per-difficulty
+    metrics of every system (`results["imp"]`), or None to skip them.
+    """
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     s = cfg.scoring
@@ -98,6 +107,13 @@ def evaluate_encoded(
         for protocol in gallery_protocols(cfg):
             systems[protocol][name] = _metrics(sim, enc, cfg, protocol)
     timings["metrics"] = time.perf_counter() - t0
+    if difficulty is not None:
+        t0 = time.perf_counter()
+        ks = cfg.metrics.ks
+        imp = {
+            name: imp_metrics(sim, enc.caption_image, difficulty, ks=ks) for name, sim in all_scores.items()
+        }
+        timings["metrics_imp"] = time.perf_counter() - t0
     if "lens_slot" in systems:
         t0 = time.perf_counter()
         first = gallery_protocols(cfg)
@@ -105,6 +121,8 @@ def evaluate_encoded(
         systems["lens_slot"][MAIN_SYSTEM] = _lens_slot(enc, cfg, txt_lens, overall)
         timings["metrics_lens_slot"] = time.perf_counter() - t0
     results: dict[str, Any] = {"systems": systems}
+    if difficulty is not None:
+        results["imp"] = imp
     results["fallback"] = fallback_rates(enc.img_slot_lens, txt_lens, enc.caption_image, enc.caption_lens)
     if cfg.routing:
         routing = routing_matrix(
@@ -227,7 +245,10 @@ def run_evaluation(cfg: EvalConfig) -> tuple[dict[str, Any], dict[str, Path]]:
         weights = oc.pretrained or "random weights"
         name = f"Zero-shot open_clip ({Path(oc.model_config_path).stem if oc.model_config_path else oc.model_name}, {weights})"
         extra[name] = open_clip_scores(clip_bundle, cfg, labels.image_paths, labels.captions)
-    results = evaluate_encoded(enc, cfg, extra)
+    difficulty, imp_summary = difficulty_codes(cfg, labels) if cfg.imp is not None else (None, None)
+    results = evaluate_encoded(enc, cfg, extra, difficulty)
+    if imp_summary is not None:
+        results["meta"]["imp_split"] = imp_summary
     results["external"] = _external(cfg, clip_bundle)
     results["meta"]["lens_model"] = source
     results["meta"]["config"] = cfg.model_dump(mode="json")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -238,8 +239,14 @@ def test_evaluate_retriever_flow(eval_prefect_harness, tiny_export, tmp_path):
 
     write_fake_encodings(tiny_export, "valid", tmp_path / "enc")
     cfg = tmp_path / "eval.yaml"
+    oc_json = Path(__file__).resolve().parents[3] / "training" / "configs" / "eval-tiny-openclip.json"
+    # IMP split as a flow step: two random-weight voters with fixed thresholds (one accepts all).
+    voters = [{"name": f"v{t}", "model_config_path": str(oc_json), "threshold": t} for t in (-1.0, 1.1)]
+    imp = {"models": [*voters, {**voters[0], "name": "g", "role": "tie_breaker"}]}
     cfg.write_text(
-        yaml.safe_dump({"export_dir": str(tiny_export), "split": "valid", "baselines": {"text_only": False}})
+        yaml.safe_dump(
+            {"export_dir": str(tiny_export), "split": "valid", "baselines": {"text_only": False}, "imp": imp}
+        )
     )
     result = evaluate_retriever(
         config_path=str(cfg), encodings_dir=str(tmp_path / "enc"), out_dir=str(tmp_path / "o")
@@ -247,6 +254,9 @@ def test_evaluate_retriever_flow(eval_prefect_harness, tiny_export, tmp_path):
     assert set(result["files"]) == {"metrics", "report", "routing"}
     data = json.loads((tmp_path / "o" / "metrics.json").read_text())
     assert data["meta"]["lens_model"]["encodings_dir"] == str(tmp_path / "enc")
+    assert data["meta"]["imp_split"]["table"] == str(tmp_path / "o" / "imp" / "difficulty.parquet")
+    n_pairs = data["meta"]["n_captions"]  # every 1-1 vote is broken by the accepting tie-breaker
+    assert data["imp"][MAIN_SYSTEM]["medium/n_pairs"] == n_pairs
 
     from prefect.client.orchestration import get_client
 
