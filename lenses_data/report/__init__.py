@@ -116,9 +116,11 @@ def write_report(
     others = {m["image_id"] for g in dedupe for m in g["members"]}
     others |= {i for f in found.values() for i in f["image_id"] if isinstance(i, str)}
     thumbs = _thumbnails(run, out, images, others)
-    by_image = dict(tuple(texts.groupby("image_id", observed=True))) if len(texts) else {}
+    by_image: dict[str, list[dict[str, Any]]] = {}
+    for row in texts.to_dict("records"):
+        by_image.setdefault(row["image_id"], []).append(row)
     items = "".join(
-        page.gallery_item(img, by_image.get(img["image_id"], texts.iloc[0:0]), thumbs.get(img["image_id"]))
+        page.gallery_item(img, by_image.get(img["image_id"], []), thumbs.get(img["image_id"]))
         for img in images.to_dict("records")
     )
     reasons = "".join(

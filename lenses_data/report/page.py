@@ -69,12 +69,12 @@ def _text_html(row: dict[str, Any]) -> str:
     return line
 
 
-def gallery_item(image: dict[str, Any], texts: pd.DataFrame, thumb: str | None) -> str:
-    """One image: thumbnail, split, source, licence, then its texts grouped by lens."""
-    lenses = [lens for lens in LENS_NAMES if (texts["lens"].astype(str) == lens).any()]
+def gallery_item(image: dict[str, Any], texts: list[dict[str, Any]], thumb: str | None) -> str:
+    """One image: thumbnail, split, source, licence, then its texts (dict rows) grouped by lens."""
+    lenses = [lens for lens in LENS_NAMES if any(str(t["lens"]) == lens for t in texts)]
     blocks = []
     for lens in lenses:
-        rows = texts[texts["lens"].astype(str) == lens].sort_values(["kind", "text_id"]).to_dict("records")
+        rows = sorted((t for t in texts if str(t["lens"]) == lens), key=lambda t: (t["kind"], t["text_id"]))
         body = "".join(_text_html(r) for r in rows)
         blocks.append(f'<div class="lens-block" data-lens="{esc(lens)}"><h4>{esc(lens)}</h4>{body}</div>')
     meta = (
