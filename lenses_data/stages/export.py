@@ -158,6 +158,7 @@ def read_columns(
 
 # The columns of the final texts the card's tables count; the texts themselves stay in Arrow.
 CARD_COLUMNS = ("image_id", "split", "lens", "model", "idioms", "flags")
+LIGHT_KEYS = ("image_id", "model", "simulated")
 
 
 def final_texts(texts: pa.Table, kind: str) -> pa.Table:
@@ -194,23 +195,33 @@ def read_final_texts(run: Path) -> tuple[pa.Table, pa.Table, pd.DataFrame]:
 
     The texts stay Arrow (~0.4 KB a text) all through export: the flat tables and the Hugging Face
     shards are written from Arrow, and the card reads `card_frame`s plus the caption texts in
-    batches. As pandas objects (~2.3 KB a text) they were export's peak at 100k candidates."""
+    batches. As pandas objects (~2.3 KB a text) they were export's peak at 100k candidates. Each
+    shard is split by kind as it is read, and only the columns the export writes are read, so the
+    whole final table is never held next to the sorted copies."""
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    schema = arrow_schema(LensText)
-    paths = io.stage_shards(run, FINAL_STAGE)
-    table = (
-        pa.concat_tables([pq.read_table(p, schema=schema) for p in paths]) if paths else schema.empty_table()
-    )
-    light = (
-        table.select(["image_id", "model", "simulated"])
-        .group_by(["image_id", "model", "simulated"])
-        .aggregate([])
-    )
-    captions = final_texts(table, "caption")
-    prompts = final_texts(table, "prompt")
-    del table
-    return captions, prompts, light.to_pandas()
+    full = arrow_schema(LensText)
+    wanted = [name for name in full.names if name in arrow_schema(ExportText).names or name == "kind"]
+    schema = pa.schema([full.field(name) for name in wanted])
+    parts: dict[str, list[pa.Table]] = {"caption": [], "prompt": []}
+    light_parts = []
+    for path in io.stage_shards(run, FINAL_STAGE):
+        shard = pq.read_table(path, columns=wanted, schema=schema)
+        light_parts.append(
+            shard.select(["image_id", "model", "simulated"]).group_by(LIGHT_KEYS).aggregate([])
+        )
+        for kind, tables in parts.items():
+            tables.append(shard.filter(pc.equal(shard["kind"], kind)))
+        del shard
+    light = pa.concat_tables(light_parts) if light_parts else schema.empty_table().select(list(LIGHT_KEYS))
+    kinds = {}
+    for kind in ("caption", "prompt"):
+        texts = pa.concat_tables(parts.pop(kind) or [schema.empty_table()])
+        kinds[kind] = final_texts(texts, kind)
+        del texts
+    pa.default_memory_pool().release_unused()  # the unsorted copies' pages back to the OS
+    return kinds["caption"], kinds["prompt"], light.group_by(LIGHT_KEYS).aggregate([]).to_pandas()
 
 
 def final_images(run: Path, texts: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
