@@ -57,8 +57,14 @@ def read_irfl(
     *,
     on_missing: OnMissing = "error",
     default_type: str = "unknown",
+    split: str | None = None,
 ) -> DetectionTask:
+    """IRFL detection rows (optionally only rows whose `split` column matches, e.g. "train")."""
     df = read_csv(csv_path, IRFL_COLUMNS, "IRFL")
+    if split is not None:
+        if "split" not in df.columns:
+            raise ValueError(f"split={split!r} requested but {csv_path} has no 'split' column")
+        df = df[df["split"] == split]
     root = Path(images_dir)
     if not root.is_dir():
         raise FileNotFoundError(f"IRFL image folder not found: {root}")
@@ -89,7 +95,8 @@ def read_irfl(
     task.image_paths = [str(root / n) for n in index]
     task.n_answers = np.asarray(n_answers, dtype=np.int64)
     if not task.phrases:
-        raise ValueError(f"no usable IRFL rows in {csv_path} ({len(task.rejections)} rejected)")
+        where = f" with split={split!r}" if split is not None else ""
+        raise ValueError(f"no usable IRFL rows in {csv_path}{where} ({len(task.rejections)} rejected)")
     return task
 
 
