@@ -169,3 +169,10 @@ def test_imp_split_command_then_evaluate_adds_per_difficulty_tables(tiny_export,
     report = (tmp_path / "eval" / "report.md").read_text()
     assert "IMP Table 4" in report and "IMP Table 5" in report
     assert main(["imp-split", "--config", str(tmp_path / "missing.yaml")]) == 2
+    # Without a table, `lenses evaluate` computes the split into its own out_dir first.
+    del cfg["imp"]["difficulty_table"]
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["evaluate", "--config", str(path), "--out", str(tmp_path / "eval2")]) == 0
+    again = json.loads((tmp_path / "eval2" / "metrics.json").read_text())
+    assert again["meta"]["imp_split"]["table"] == str(tmp_path / "eval2" / "imp" / "difficulty.parquet")
+    assert again["imp"]["Lenses (lens-masked + global)"]["hard/n_pairs"] == got["hard/n_pairs"]
