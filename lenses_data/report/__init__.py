@@ -39,28 +39,34 @@ def _counts(run: Path, export: Path) -> dict[str, pd.DataFrame]:
     return card.count_tables(run, images, *texts, rejections)
 
 
-def _gallery(export: Path, run: Path, n: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+def _gallery(export: Path, n: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame, int]:
     images, total = select.sample_images(export, n, seed)
-    ids = images["image_id"].tolist()
-    licences = select.ingest_rows(run, ids)["licence"]
-    images["licence"] = [licences.get(i) if isinstance(licences.get(i), str) else None for i in ids]
-    return images, select.sample_texts(export, ids), total
+    return images, select.sample_texts(export, images["image_id"].tolist()), total
 
 
 def _rejections(run: Path, export: Path, counts: pd.DataFrame, k: int) -> tuple[dict, pd.DataFrame]:
     """Up to k examples per stage and reason, and the rejected texts they name (by text id)."""
     keys = [(str(s), str(r)) for s, r in counts[["Stage", "Reason"]].itertuples(index=False)]
-    found = select.rejection_examples(export, keys, k)
-    rows = [f for f in found.values() if len(f)]
-    ids = pd.concat(rows)["record_id"] if rows else []
-    return found, select.rejected_texts(run, ids)
+    found = select.rejection_examples(export, keys, max(k, select.CANDIDATES) if k else 0)
+    candidates = [i for rows in found.values() for i in rows["record_id"]]
+    generated = select.shards(run, "generate")
+    where = select.locate(generated, "text_id", candidates)
+    chosen = select.choose_examples(found, where, k)
+    shown = [i for rows in chosen.values() for i in rows["record_id"]]
+    return chosen, select.rejected_texts(generated, where, shown)
 
 
 def _thumbnails(run: Path, out: Path, images: pd.DataFrame, others: set[str]) -> dict[str, str]:
-    """Thumbnails of the gallery (paths from the export) and of other images shown (paths from ingest)."""
-    paths = dict(zip(images["image_id"], images["path"], strict=True))
-    located = select.ingest_rows(run, others - set(paths))["path"].dropna()
-    return make_thumbnails({**located.to_dict(), **paths}, out)
+    """Thumbnails of the gallery (paths from the export) and of the other images shown (paths from
+    ingest, read once with the gallery's licences, which the export's images table lacks)."""
+    ingested = select.ingest_rows(run, set(images["image_id"]) | others)
+    licences = ingested["licence"].dropna().to_dict()
+    images["licence"] = [licences.get(i) for i in images["image_id"]]
+    paths = {
+        **ingested["path"].dropna().to_dict(),
+        **dict(zip(images["image_id"], images["path"], strict=True)),
+    }
+    return make_thumbnails({i: paths[i] for i in set(images["image_id"]) | others if i in paths}, out)
 
 
 def _header(manifest: dict[str, Any], run: Path, total: int, shown: int, seed: int) -> str:
@@ -110,7 +116,7 @@ def write_report(
     out = Path(out) if out else export / REPORT_DIR
     manifest = json.loads((export / "manifest.json").read_text())
     counts = _counts(run, export)
-    images, texts, total = _gallery(export, run, n, seed)
+    images, texts, total = _gallery(export, n, seed)
     dedupe = select.dedupe_groups(run, groups)
     found, rejected = _rejections(run, export, counts["rejections"], examples)
     others = {m["image_id"] for g in dedupe for m in g["members"]}

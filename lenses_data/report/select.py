@@ -4,8 +4,9 @@
   `image_id`, a sha256 prefix, so a block of consecutive ids is a uniform random sample of images;
   their texts are one block of `captions.parquet` and `prompts.parquet` (sorted by `image_id` too),
   read with a range filter that skips the other row groups.
-- Rejection examples: `rejections.parquet` is sorted by stage and reason, so `head(k)` per reason
-  reads the row groups of that reason only.
+- Rejection examples: `rejections.parquet` is sorted by stage and reason, so `head` per reason
+  reads the row groups of that reason only; rejected texts are read from the few generate shards
+  that hold the chosen examples (`choose_examples`).
 - Whole-dataset reads are single id-like columns (ingest `image_id`, dedupe `group_id`/`kept`,
   generate `text_id`); wide columns (paths, texts, messages, answers) only for the rows shown.
 """
@@ -13,6 +14,7 @@
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from lenses_data import io
 
 TEXT_COLUMNS = ("text_id", "image_id", "split", "lens", "text", "focus", "edited", "original_text", "flags")
 REJECTION_COLUMNS = ("stage", "reason", "record_id", "image_id", "message", "raw", "source")
+CANDIDATES = 50  # rejection rows per reason from which its examples are chosen
 
 
 def _rows(pf: pq.ParquetFile, start: int, stop: int) -> pa.Table:
@@ -145,7 +148,36 @@ def rejection_examples(
     return out
 
 
-def rejected_texts(run: Path, text_ids: Iterable[str]) -> pd.DataFrame:
-    """The generated texts that a text stage rejected, by text id (the rejection row holds only its id)."""
-    found = lookup(shards(run, "generate"), "text_id", text_ids, ("text_id", "kind", "lens", "text", "focus"))
+def locate(paths: list[Path], key: str, ids: Iterable[str]) -> dict[str, int]:
+    """id -> index in `paths` of the shard holding it; only the key column is read."""
+    wanted = pa.array(sorted({i for i in ids if isinstance(i, str)}), type=pa.string())
+    found: dict[str, int] = {}
+    for index, path in enumerate(paths if len(wanted) else ()):
+        keys = pq.read_table(path, columns=[key]).column(key)
+        found.update(dict.fromkeys(keys.filter(pc.is_in(keys, value_set=wanted)).to_pylist(), index))
+    return found
+
+
+def choose_examples(
+    found: dict[tuple[str, str], pd.DataFrame], where: dict[str, int], k: int
+) -> dict[tuple[str, str], pd.DataFrame]:
+    """k rows per reason. Rows naming a generated text prefer the shards most candidates share, so
+    the texts of every reason come from a few generate shards, not from all of them."""
+    popular = Counter(where[i] for rows in found.values() for i in rows["record_id"] if i in where)
+    rank = {shard: place for place, (shard, _) in enumerate(popular.most_common())}
+    chosen = {}
+    for key, rows in found.items():
+        order = [rank.get(where.get(i), -1) for i in rows["record_id"]]  # -1: not a text, row order kept
+        chosen[key] = (
+            rows.assign(_rank=order).sort_values("_rank", kind="stable").head(k).drop(columns="_rank")
+        )
+    return chosen
+
+
+def rejected_texts(paths: list[Path], where: dict[str, int], text_ids: Iterable[str]) -> pd.DataFrame:
+    """The generated texts a text stage rejected (the rejection row holds only the text id), read from
+    the shards `locate` found them in."""
+    ids = [i for i in text_ids if i in where]
+    columns = ("text_id", "kind", "lens", "text", "focus")
+    found = lookup(sorted({paths[where[i]] for i in ids}), "text_id", ids, columns)
     return found.drop_duplicates("text_id").set_index("text_id")

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
 
@@ -44,6 +45,8 @@ def _export(root: Path, sample_pool: Path, images: int = 30, simulated: bool = T
         }
     )
     typed_parquet(export / "images.parquet", frame, ExportImage)
+    ingest = frame[["image_id", "path"]].assign(licence="CC BY 4.0 <i>")  # licences come from ingest
+    io.write_table(io.shard_path(run, "ingest", 0), pa.Table.from_pandas(ingest, preserve_index=False))
     rows = []
     for i, image_id in enumerate(ids):
         for j, lens in enumerate(LENS_NAMES[: 2 + i % 4]):  # image i has lenses 0..(1 + i % 4)
@@ -100,6 +103,7 @@ def test_report_shows_n_images_escapes_every_text_and_loads_nothing(tmp_path, sa
     assert "SIMULATED." in page and 'class="banner"' in page
     assert page.count('<mark title="Fragility, Risk &amp; Volatility">house of cards</mark>') > 0
     assert "<del>before the edit</del>" in page
+    assert page.count("licence: CC BY 4.0 &lt;i&gt;</div>") == 12
     # thumbnails: one per shown image, at most 256 px, made once
     thumbs = sorted((export / "report" / "thumbs").glob("*.webp"))
     assert len(thumbs) == 12 and all(max(Image.open(p).size) <= 256 for p in thumbs)
