@@ -43,6 +43,8 @@ TOO_SMALL = "too_small"
 EXTREME_ASPECT_RATIO = "extreme_aspect_ratio"
 CONVERSION_FAILED = "conversion_failed"
 
+# Where Pillow's getexif() finds an orientation (EXIF, or XMP's tiff:Orientation).
+_ORIENTATION_SOURCES = frozenset({"exif", "xmp", "XML:com.adobe.xmp", "Raw profile type exif"})
 # EXIF orientations that swap width and height (rotations by 90 or 270 degrees).
 _TRANSPOSING_ORIENTATIONS = {5, 6, 7, 8}
 _EXIF_ORIENTATION_TAG = 0x0112
@@ -178,6 +180,8 @@ def _decode(image: Image.Image) -> None:
 
 def exif_orientation(image: Image.Image) -> int:
     """The EXIF orientation tag (1..8), or 1 when absent or invalid."""
+    if image.format in ("JPEG", "MPO") and not _ORIENTATION_SOURCES & image.info.keys():
+        return 1  # a JPEG's APP segments are all read at open: nothing could hold an orientation
     try:
         value = image.getexif().get(_EXIF_ORIENTATION_TAG, 1)
     except Exception:  # malformed EXIF must not reject an otherwise good image
@@ -200,10 +204,12 @@ def inspect_image_bytes(data: bytes, limits: DecodeLimits) -> ImageFacts:
             _decode(image)
             orientation = exif_orientation(image)
             try:
-                rgb = to_rgb(image)
+                # A greyscale image (or the greyscale draft of an RGB JPEG) is hashed as it is: the
+                # hash's RGB -> L conversion of its RGB copy would give back the same pixels exactly.
+                view = image if image.mode == "L" else to_rgb(image)
             except Exception as error:
                 raise ImageRejected(CONVERSION_FAILED, f"cannot convert {mode} to RGB: {error!r}") from None
-            codes = hash_view(rgb, orientation)
+            codes = hash_view(view, orientation)
     if orientation in _TRANSPOSING_ORIENTATIONS:
         width, height = height, width
     return ImageFacts(
@@ -223,8 +229,8 @@ _TRANSPOSE = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180,
 
 
 def hash_view(rgb: Image.Image, orientation: int = 1) -> dict[str, Any] | None:
-    """Perceptual hashes of the decoded image, reduced so the short side is >= VIEW_MIN_SIDE
-    (a JPEG is already decoded at that DCT scale) and turned upright like `load_rgb`.
+    """Perceptual hashes of the decoded image (RGB or L), reduced so the short side is >=
+    VIEW_MIN_SIDE (a JPEG is already decoded at that DCT scale) and turned upright like `load_rgb`.
 
     None when hashing fails: the image itself is fine; dedupe then hashes it on demand.
     """

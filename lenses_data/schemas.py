@@ -69,7 +69,7 @@ class CandidateImage(Record):
     orientation_applied: bool = False
     converted_from: str | None = Field(default=None, description="Original mode if converted, e.g. CMYK")
     phash: int | None = Field(
-        default=None, description="imagehash pHash of the decoded view (short side >= 128 px), signed int64"
+        default=None, description="imagehash pHash of the decoded view (short side >= 64 px), signed int64"
     )
     phash_crops: list[int] | None = Field(
         default=None, description="pHashes of the view's centre crops (2.5% and 5% cut per side)"

@@ -29,13 +29,21 @@ def handle(args: argparse.Namespace) -> int:
     import sys
 
     from lenses_data.config import ConfigError, load_config
+
+    try:
+        config = load_config(args.config)
+    except (ConfigError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.workers is not None:
+        config.ingest.workers = max(1, args.workers)
+    from lenses_data.stages.ingest_exec import start_decoders
+
+    start_decoders(config.ingest.workers)  # the decoders' imports overlap the ones below
     from lenses_data.sources import SourceError
     from lenses_data.stages.ingest import run_ingest
 
     try:
-        config = load_config(args.config)
-        if args.workers is not None:
-            config.ingest.workers = max(1, args.workers)
         summary = run_ingest(args.source, args.run or config.run_dir, config)
     except (ConfigError, SourceError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -150,8 +150,9 @@ def test_old_run_without_stored_hashes_is_hashed_on_demand_with_the_same_result(
 
 
 def test_stored_hash_is_imagehash_of_the_decoded_view(sample_pool, ingested_run) -> None:
-    """Ingest's pHash is `imagehash.phash` of the image it decoded (JPEG draft at the scale that
-    keeps >= 128 px, upright, RGB); versus a full-size decode it differs by a few bits at most."""
+    """Ingest's pHash is `imagehash.phash` of the image it decoded (JPEG draft at the DCT scale
+    that keeps >= 64 px, then reduced by the integer factor that still keeps >= 64 px, upright,
+    RGB); versus a full-size decode it differs by a few bits at most."""
     import imagehash
     from PIL import Image, ImageOps
 
@@ -167,10 +168,37 @@ def test_stored_hash_is_imagehash_of_the_decoded_view(sample_pool, ingested_run)
             scale = view_scale(*image.size)
             image.draft("L", (image.width // scale, image.height // scale))
             view = image.convert("RGB")
+        view = view.reduce(view_scale(*view.size))  # past the draft's 1/8 limit (large photos)
         assert bits_to_int64(imagehash.phash(view).hash) == row.phash, row.path
         full = ImageOps.exif_transpose(Image.open(row.path).convert("RGB"))
         full_diff.append(int(hamming(np.array([row.phash]), np.array([bits_to_int64(imagehash.phash(full).hash)]))[0]))
     assert max(full_diff) <= 6, full_diff
+
+
+def test_greyscale_jpeg_is_hashed_as_imagehash_of_its_rgb_view() -> None:
+    """A greyscale JPEG is hashed without the RGB copy the view would be: the codes are still
+    `imagehash.phash` of that RGB view, and the same as for its RGB-converted bytes' view."""
+    import io as pyio
+
+    import imagehash
+    from PIL import Image
+    from skimage import data
+
+    from lenses_data.dedupe.hashing import bits_to_int64, view_codes, view_scale
+    from lenses_data.imaging import DecodeLimits, inspect_image_bytes
+
+    limits = DecodeLimits(1, 100.0, 10**8, 10**8, ("JPEG",))
+    buffer = pyio.BytesIO()
+    Image.fromarray(data.camera()).save(buffer, "JPEG", quality=90)  # 512x512, mode L
+    facts = inspect_image_bytes(buffer.getvalue(), limits)
+    with Image.open(pyio.BytesIO(buffer.getvalue())) as image:
+        assert image.mode == "L" and facts.converted_from == "L"
+        scale = view_scale(*image.size)
+        image.draft("L", (image.width // scale, image.height // scale))
+        view = image.convert("RGB")
+    assert view.size == (64, 64)
+    assert facts.codes["phash"] == bits_to_int64(imagehash.phash(view).hash)
+    assert facts.codes == view_codes(view).as_dict()
 
 
 def test_unreadable_image_is_a_rejection_not_a_failed_run(ingested_run, tmp_path) -> None:
