@@ -126,6 +126,8 @@ def test_sample_build_runs_every_stage_and_resumes_without_new_work(prefect_harn
 def _assert_the_run_page_shows_everything(flow_run_id, run: Path, stages: list[dict]) -> None:
     artifacts = run_artifacts(flow_run_id)
     funnel = artifacts[funnel_key(str(run))].data
+    report = (run / "export" / "report" / "index.html").resolve()
+    assert f"**Build report:** [`{report}`]({report.as_uri()})" in funnel  # the page the export wrote
     for summary in stages:
         row = f"| {summary['stage']} | {summary['records_in']} | {summary['records_out']} | {summary['rejected']} |"
         assert row in funnel
