@@ -29,9 +29,10 @@ from lenses_data.schemas import CATEGORICAL_COLUMNS, Rejection, arrow_schema
 
 if TYPE_CHECKING:
     import pandas as pd
-# pandas is imported by the functions that return frames, not here: writers (ingest) do not
-# need it, and it is ~0.3 s of every `lenses` command's start-up. A DataFrame or pd.NA can only
-# exist once something imported pandas, so the checks below look in sys.modules.
+# pandas is imported by the functions that return frames, not here (~0.3 s): a command that
+# only writes (ingest) starts its work without it. (pyarrow still imports pandas at the first
+# array it builds, by then the decode processes are busy.) A DataFrame or pd.NA can only exist
+# once something imported pandas, so the checks below look in sys.modules.
 
 
 def _loaded_pandas() -> Any:
