@@ -27,6 +27,7 @@ from training.baselines.open_clip import load_open_clip
 
 ADAPTER_FILE = "adapter.pt"
 ADAPTER_CONFIG_FILE = "adapter.json"
+BASE_FILE = "base.pt"  # only for random-weight bases (tests): nothing else could rebuild them
 _ATTENTION_PREFIX = {"vision_attention": r"clip\.visual\.transformer", "text_attention": r"clip\.transformer"}
 
 
@@ -107,6 +108,9 @@ def save_adapter(model, out_dir: str | Path, clip_cfg: ClipSection, lora: LoraSe
     out.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu() for k, v in get_peft_model_state_dict(model).items()}
     torch.save(state, out / ADAPTER_FILE)
+    if clip_cfg.pretrained is None:
+        base = {k: v.detach().cpu() for k, v in model.named_parameters() if "lora_" not in k}
+        torch.save(base, out / BASE_FILE)
     meta = {"clip": clip_cfg.model_dump(mode="json"), "lora": lora.model_dump(mode="json")}
     (out / ADAPTER_CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
     return out
@@ -127,6 +131,12 @@ def load_lora_clip(adapter_dir: str | Path, device: str = "cpu", pretrained: str
     if pretrained is not None:
         clip_cfg = clip_cfg.model_copy(update={"pretrained": pretrained})
     model, preprocess, tokenizer = build_lora_clip(clip_cfg, LoraSection.model_validate(meta["lora"]), device)
+    if clip_cfg.pretrained is None and (folder / BASE_FILE).is_file():
+        base = torch.load(folder / BASE_FILE, map_location=device, weights_only=True)
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if name in base:
+                    param.copy_(base[name])
     state = torch.load(folder / ADAPTER_FILE, map_location=device, weights_only=True)
     result = set_peft_model_state_dict(model, state)
     if getattr(result, "unexpected_keys", None):

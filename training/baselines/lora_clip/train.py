@@ -37,6 +37,7 @@ class LoraClipResult:
     loss_before: float
     loss_after: float
     epoch_loss: list[float] = field(default_factory=list)
+    triples: Triples | None = None  # the mined (row, fig, lit) indices
 
 
 def trainable_counts(model) -> tuple[int, int]:
@@ -109,13 +110,13 @@ def train_lora_clip(cfg: LoraClipConfig) -> LoraClipResult:
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            losses.append(float(loss))
+            losses.append(loss.item())
         epoch_loss.append(float(np.mean(losses)))
         log.info("LoRA-CLIP epoch %d/%d: mean L_dev %.4f", epoch + 1, o.epochs, epoch_loss[-1])
         save_adapter(model, out_dir / "adapter", cfg.clip, cfg.lora)
     after = triples_loss(model, preprocess, tokenizer, task, triples, o.tau, cfg.run.encode_batch_size)
     result = LoraClipResult(
-        out_dir / "adapter", len(triples), n_trainable, n_total, before, after, epoch_loss
+        out_dir / "adapter", len(triples), n_trainable, n_total, before, after, epoch_loss, triples
     )
     _write_history(result, cfg, out_dir)
     return result
@@ -123,6 +124,10 @@ def train_lora_clip(cfg: LoraClipConfig) -> LoraClipResult:
 
 def _write_history(result: LoraClipResult, cfg: LoraClipConfig, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    info = {k: (str(v) if isinstance(v, Path) else v) for k, v in result.__dict__.items()}
+    info = {k: v for k, v in result.__dict__.items() if k != "triples"}
+    info["adapter_dir"] = str(result.adapter_dir)
+    if result.triples is not None:
+        t = result.triples
+        info["triples"] = {"row": t.row.tolist(), "fig": t.fig.tolist(), "lit": t.lit.tolist()}
     info["config"] = cfg.model_dump(mode="json")
     (out_dir / "history.json").write_text(json.dumps(info, indent=2) + "\n")
