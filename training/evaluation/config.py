@@ -47,8 +47,20 @@ class OpenClipSection(_Section):
     device: str = "cpu"
 
 
+class LoraClipSection(_Section):
+    """A trained LoRA-CLIP adapter (seed 004; `lenses train-lora-clip`), scored on IRFL."""
+
+    adapter_dir: str | None = Field(default=None, description="<run.out_dir>/adapter; None = row unavailable")
+    pretrained: str | None = Field(
+        default=None, description="Base checkpoint file if it moved since training (None = as recorded)"
+    )
+    batch_size: int = 64
+    device: str = "cpu"
+
+
 class BaselinesSection(_Section):
     open_clip: OpenClipSection = Field(default_factory=OpenClipSection)
+    lora_clip: LoraClipSection = Field(default_factory=LoraClipSection)
     global_only_encodings: str | None = Field(
         default=None, description="Encodings dir of a global-only fine-tuned model (scored by global cosine)"
     )
@@ -66,6 +78,7 @@ class ArtemisSection(_Section):
 class IrflSection(_Section):
     csv: str
     images_dir: str
+    split: str | None = Field(default=None, description="Rows whose `split` column matches; None = all")
     on_missing: Literal["error", "skip"] = "error"
 
 

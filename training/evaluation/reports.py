@@ -214,6 +214,15 @@ def render_markdown(results: dict[str, Any]) -> str:
         ]
     for name, values in results.get("external", {}).items():
         parts += [f"## External benchmark: {name}", flat_markdown("metric", values)]
+    if results.get("irfl"):
+        from training.evaluation.figurative import irfl_table_markdown
+
+        parts += [
+            f"## IRFL figurative detection, {results['irfl']['n_rows']} rows (seed 004 Table 3 layout; "
+            "Acc = Precision@1, Margin = mean s(p, I_fig) - s(p, I_lit) in cosine, LitBias = % of "
+            "forced choices with s(p, I_lit) >= s(p, I_fig))",
+            irfl_table_markdown(results["irfl"]),
+        ]
     if results.get("routing"):
         parts += ["## Routing (supp. Fig. 1)", "![routing](routing.png)"]
     return "\n\n".join(parts) + "\n"

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from training.baselines.global_only import global_scores
+from training.baselines.lora_clip.metrics import figurative_metrics
 from training.evaluation.ablations import SIMILARITY_VARIANTS, similarity_ablation_scores, text_only_retrieval
 from training.evaluation.config import EvalConfig
 from training.evaluation.imp_metrics import imp_metrics
@@ -195,20 +196,19 @@ def write_outputs(results: dict[str, Any], out_dir: str | Path) -> dict[str, Pat
     return write_reports(results, out_dir)
 
 
-def _external(cfg: EvalConfig, clip_bundle) -> dict[str, dict[str, float]]:
-    """ArtEmis retrieval and IRFL detection with the zero-shot open_clip baseline.
+def _external(cfg: EvalConfig, clip_bundle) -> tuple[dict[str, dict[str, Any]], dict[str, Any] | None]:
+    """(ArtEmis retrieval and IRFL detection with the zero-shot open_clip baseline, seed 004's IRFL table).
 
     The lens model encodes images together with their image-side prompts, which these datasets
     do not have, so only prompt-free scorers are run on them here.
     """
     if not (cfg.external.artemis or cfg.external.irfl):
-        return {}
+        return {}, None
     if clip_bundle is None:
         raise ValueError("external benchmarks need baselines.open_clip.enabled (the prompt-free scorer)")
     from training.external.artemis import read_artemis
-    from training.external.irfl import detection_accuracy, read_irfl
 
-    out: dict[str, dict[str, float]] = {}
+    out: dict[str, dict[str, Any]] = {}
     if cfg.external.artemis:
         a = cfg.external.artemis
         ds = read_artemis(a.csv, a.wikiart_dir, on_missing=a.on_missing, split=a.split)
@@ -218,15 +218,40 @@ def _external(cfg: EvalConfig, clip_bundle) -> dict[str, dict[str, float]]:
             **{k: v for k, v in m.items() if k.startswith("all/")},
             "n_rejected_rows": float(len(ds.rejections)),
         }
-    for item in cfg.external.irfl:
-        task = read_irfl(item.csv, item.images_dir, on_missing=item.on_missing)
-        sim = open_clip_scores(clip_bundle, cfg, task.image_paths, task.phrases).T  # phrases x images
-        acc = detection_accuracy(task, sim)
-        out[f"IRFL {Path(item.csv).stem} (zero-shot open_clip)"] = {
-            **acc,
-            "n_rejected_rows": float(len(task.rejections)),
+    if not cfg.external.irfl:
+        return out, None
+    irfl, table = _irfl(cfg, clip_bundle)
+    return {**out, **irfl}, table
+
+
+def _irfl(cfg: EvalConfig, clip_bundle) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """(per CSV: zero-shot open_clip metrics, seed 004's IRFL table of every system over all CSVs)."""
+    from training.evaluation.figurative import (
+        LORA_CLIP,
+        ZERO_SHOT,
+        irfl_table,
+        lora_clip_scores,
+        read_irfl_items,
+    )
+
+    task, per_item = read_irfl_items(cfg.external.irfl)
+    zero_shot = open_clip_scores(clip_bundle, cfg, task.image_paths, task.phrases).T  # [n_phrases, n_images]
+    scores = {ZERO_SHOT: zero_shot}
+    lc = cfg.baselines.lora_clip
+    if lc.adapter_dir is not None:
+        scores[LORA_CLIP] = lora_clip_scores(lc, task.image_paths, task.phrases)
+    reasons = {LORA_CLIP: "baselines.lora_clip.adapter_dir not set (train with `lenses train-lora-clip`)"}
+    out: dict[str, dict[str, Any]] = {}
+    row, col = 0, 0
+    for stem, item_task in per_item.items():  # the pooled task keeps each CSV's rows and images in order
+        rows, cols = len(item_task.phrases), len(item_task.image_paths)
+        sim = scores[ZERO_SHOT][row : row + rows, col : col + cols]
+        out[f"IRFL {stem} (zero-shot open_clip)"] = {
+            **figurative_metrics(item_task, sim),
+            "n_rejected_rows": float(len(item_task.rejections)),
         }
-    return out
+        row, col = row + rows, col + cols
+    return out, irfl_table(task, scores, reasons)
 
 
 def run_evaluation(cfg: EvalConfig) -> tuple[dict[str, Any], dict[str, Path]]:
@@ -249,7 +274,9 @@ def run_evaluation(cfg: EvalConfig) -> tuple[dict[str, Any], dict[str, Path]]:
     results = evaluate_encoded(enc, cfg, extra, difficulty)
     if imp_summary is not None:
         results["meta"]["imp_split"] = imp_summary
-    results["external"] = _external(cfg, clip_bundle)
+    results["external"], irfl = _external(cfg, clip_bundle)
+    if irfl is not None:
+        results["irfl"] = irfl
     results["meta"]["lens_model"] = source
     results["meta"]["config"] = cfg.model_dump(mode="json")
     paths = write_outputs(results, cfg.out_dir)

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from training.baselines.lora_clip.config import ClipSection, LoraSection
+from training.baselines.lora_clip.config import CONFIG_DIR, ClipSection, LoraSection
 from training.baselines.open_clip import load_open_clip
 
 ADAPTER_FILE = "adapter.pt"
@@ -90,8 +90,11 @@ def build_lora_clip(clip_cfg: ClipSection, lora: LoraSection, device: str = "cpu
     """(peft model around ProjectedClip, preprocess, tokenizer); only the LoRA factors train."""
     from peft import get_peft_model
 
+    arch = clip_cfg.model_config_path
+    if arch and not Path(arch).is_file() and (CONFIG_DIR / Path(arch).name).is_file():
+        arch = str(CONFIG_DIR / Path(arch).name)  # bundled configs work from any working directory
     clip, preprocess, tokenizer = load_open_clip(
-        clip_cfg.model_name, pretrained=clip_cfg.pretrained, model_config=clip_cfg.model_config_path
+        clip_cfg.model_name, pretrained=clip_cfg.pretrained, model_config=arch
     )
     n_blocks = len(clip.visual.transformer.resblocks)
     if max(lora.layers) >= n_blocks:
