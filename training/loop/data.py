@@ -10,6 +10,7 @@ interruption would have seen, with no sampler state to save.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,14 +62,36 @@ def _group(df: pd.DataFrame) -> dict[str, list[tuple[str, int]]]:
     return out
 
 
-def load_records(export_dir: str | Path, split: str, *, require_captions: bool = True) -> list[ImageRecord]:
+def _restrict(df: pd.DataFrame, lenses: Sequence[str] | None) -> pd.DataFrame:
+    return df if lenses is None else df[df["lens"].astype(str).isin(set(lenses))]
+
+
+def subset_images(n: int, fraction: float) -> np.ndarray:
+    """Sorted indices of a fixed, seeded `fraction` of n images (at least one). The seed is a
+    constant, so every run of a sweep (supp. Table 8: 20% of the data) trains on the same images."""
+    if fraction >= 1.0:
+        return np.arange(n)
+    keep = max(1, round(fraction * n))
+    return np.sort(np.random.default_rng(20_000).choice(n, size=keep, replace=False))
+
+
+def load_records(
+    export_dir: str | Path,
+    split: str,
+    *,
+    require_captions: bool = True,
+    lenses: Sequence[str] | None = None,
+    fraction: float = 1.0,
+) -> list[ImageRecord]:
     """One record per image of the split (sorted by image_id), with prompts and captions attached.
 
-    With `require_captions`, images without any caption cannot be trained on; they are counted
-    and logged, never silently dropped.
+    lenses: lens-restricted training (main Table 5's Lenses-Literal / -Emotional): only captions
+    and image-side prompts of these lenses are kept. fraction: a fixed share of the images that
+    remain (after the caption filter). With `require_captions`, images without any (kept)
+    caption cannot be trained on; they are counted and logged, never silently dropped.
     """
     images, captions, prompts = read_export(export_dir, split)
-    caps, prs = _group(captions), _group(prompts)
+    caps, prs = _group(_restrict(captions, lenses)), _group(_restrict(prompts, lenses))
     records = [
         ImageRecord(str(r.image_id), str(r.path), prs.get(str(r.image_id), []), caps.get(str(r.image_id), []))
         for r in images.sort_values("image_id").itertuples()
@@ -77,12 +100,17 @@ def load_records(export_dir: str | Path, split: str, *, require_captions: bool =
         kept = [r for r in records if r.captions]
         if len(kept) < len(records):
             log.warning(
-                "%d of %d %s images have no caption and are not trained on",
+                "%d of %d %s images have no caption%s and are not trained on",
                 len(records) - len(kept),
                 len(records),
                 split,
+                "" if lenses is None else f" of lenses {list(lenses)}",
             )
         records = kept
+    if fraction < 1.0:
+        n = len(records)
+        records = [records[i] for i in subset_images(n, fraction)]
+        log.info("training on %d of %d %s images (data.fraction=%g)", len(records), n, split, fraction)
     if not records:
         raise ValueError(f"no usable images in split {split!r} of {export_dir}")
     return records

@@ -13,6 +13,7 @@ import logging
 
 import torch
 
+from training.loop.prompts import fit_to_token_limit, select_prompts
 from training.retriever.config import DataConfig
 from training.retriever.lenses import INACTIVE, LENS_TOKENS, NEW_TOKENS, PROMPT_TOKEN
 
@@ -60,8 +61,14 @@ class Collator:
 
     # ---- tensors -------------------------------------------------------------------------
     def images(self, pil_images: list, prompt_lists: list[list[tuple[str, int]]]) -> dict:
-        """Processor output plus img_slot_lens [B, S] (lens per <PROMPT>, -1 padding)."""
+        """Processor output plus img_slot_lens [B, S] (lens per <PROMPT>, -1 padding).
+
+        Prompts are thinned by `data.prompt_density`, capped at `max_prompts_per_image`, and
+        inputs over `max_image_tokens` are truncated at a prompt boundary (training.loop.prompts).
+        """
         cap = self.cfg.max_prompts_per_image
+        if self.lens_mode:
+            prompt_lists = [select_prompts(p, self.cfg.prompt_density) for p in prompt_lists]
         dropped = sum(max(0, len(p) - cap) for p in prompt_lists) if self.lens_mode else 0
         prompt_lists = [p[:cap] for p in prompt_lists] if self.lens_mode else [[] for _ in prompt_lists]
         if dropped:
@@ -70,15 +77,18 @@ class Collator:
             )
         raw = [t for p in prompt_lists for t, _ in p]
         sanitized = sum(self.clean(t) != t for t in raw)
-        texts = [self.image_text([self.clean(t) for t, _ in p]) for p in prompt_lists]
-        enc = self.processor(text=texts, images=pil_images, return_tensors="pt", padding=True)
+        enc = self._encode_images(pil_images, prompt_lists)
+        prompt_lists, too_long, over = self._fit(pil_images, prompt_lists, enc)
+        if too_long:
+            enc = self._encode_images(pil_images, prompt_lists)
+            log.warning(
+                "%d image inputs over max_image_tokens=%d: %d trailing prompts truncated",
+                too_long, self.cfg.max_image_tokens, over,
+            )  # fmt: skip
         n_slots = max((len(p) for p in prompt_lists), default=0)
-        lens = torch.full((len(texts), n_slots), INACTIVE, dtype=torch.long)
+        lens = torch.full((len(prompt_lists), n_slots), INACTIVE, dtype=torch.long)
         for row, prompts in enumerate(prompt_lists):
             lens[row, : len(prompts)] = torch.tensor([c for _, c in prompts], dtype=torch.long)
-        too_long = int((enc["attention_mask"].sum(dim=1) > self.cfg.max_image_tokens).sum())
-        if too_long:
-            log.warning("%d image inputs exceed max_image_tokens=%d", too_long, self.cfg.max_image_tokens)
         return {
             "img_input_ids": enc["input_ids"],
             "img_attention_mask": enc["attention_mask"],
@@ -87,8 +97,31 @@ class Collator:
             "img_slot_lens": lens,
             "n_prompts_dropped": dropped,
             "n_images_too_long": too_long,
+            "n_prompts_over_token_limit": over,
             "n_texts_sanitized": sanitized,
         }
+
+    def _encode_images(self, pil_images: list, prompt_lists: list[list[tuple[str, int]]]):
+        texts = [self.image_text([self.clean(t) for t, _ in p]) for p in prompt_lists]
+        return self.processor(text=texts, images=pil_images, return_tensors="pt", padding=True)
+
+    def _text_tokens(self, prompts: list[tuple[str, int]]) -> int:
+        text = self.image_text([self.clean(t) for t, _ in prompts])
+        return len(self.tok(text, add_special_tokens=True)["input_ids"])
+
+    def _fit(self, pil_images: list, prompt_lists: list, enc) -> tuple[list, int, int]:
+        """Prompt lists truncated so every input fits max_image_tokens; (lists, rows cut, prompts cut)."""
+        limit = self.cfg.max_image_tokens
+        lengths = enc["attention_mask"].sum(dim=1).tolist()
+        out, rows, cut = list(prompt_lists), 0, 0
+        for row, length in enumerate(lengths):
+            if length <= limit:
+                continue
+            # the processor's expansion of the one <image> placeholder into image features
+            image_tokens = int(length) - self._text_tokens(prompt_lists[row])
+            out[row] = fit_to_token_limit(prompt_lists[row], image_tokens, self._text_tokens, limit)
+            rows, cut = rows + 1, cut + len(prompt_lists[row]) - len(out[row])
+        return out, rows, cut
 
     def captions(self, texts: list[str]) -> dict:
         """Caption inputs truncated to max_caption_tokens, always keeping the lens tags and EOS."""

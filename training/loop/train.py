@@ -22,7 +22,13 @@ from training.retriever.config import TrainConfig, load_train_config
 
 log = logging.getLogger(__name__)
 
-COUNTERS = ("n_prompts_dropped", "n_captions_truncated", "n_images_too_long", "n_texts_sanitized")
+COUNTERS = (
+    "n_prompts_dropped",
+    "n_captions_truncated",
+    "n_images_too_long",
+    "n_prompts_over_token_limit",
+    "n_texts_sanitized",
+)
 
 
 @dataclass
@@ -93,7 +99,9 @@ def _setup(cfg: TrainConfig, max_steps: int | None) -> _Run:
     torch.manual_seed(cfg.run.seed + ctx.rank)
     run_dir = Path(cfg.run.out_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    records = load_records(cfg.data.export_dir, cfg.data.split)
+    records = load_records(
+        cfg.data.export_dir, cfg.data.split, lenses=cfg.data.lenses, fraction=cfg.data.fraction
+    )
     base = resolve_base(cfg, records, ctx).resolve()  # absolute: encode may run from elsewhere
     checkpointing = cfg.run.gradient_checkpointing
     retriever, processor, _ = build_retriever(

@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from training.retriever.lenses import lens_index
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"  # training/configs
 
@@ -73,10 +75,32 @@ class DataConfig(_Section):
     max_caption_tokens: int = 256
     max_image_tokens: int = 3500
     max_prompts_per_image: int = 16
+    prompt_density: Literal["all", "top1", "none"] = Field(
+        default="all",
+        description="Prompts per image input (supp. Table 5): all (z>1), top1 per lens (z=1), none (z=0)",
+    )
+    lenses: list[str] | None = Field(
+        default=None,
+        description="Lens-restricted training (Lenses-Literal/-Emotional): keep only captions and "
+        "prompts of these lenses; None = all five",
+    )
+    fraction: float = Field(
+        default=1.0, gt=0.0, le=1.0, description="Seeded share of the split's images (supp. Table 8: 0.2)"
+    )
     num_workers: int = 4
     image_task: str = "Represent this image under each of the following lens prompts."
     caption_task: str = "Represent this caption under each of the five lenses."
     instruct_marker: str = "<instruct>"
+
+    @field_validator("lenses")
+    @classmethod
+    def _known_lenses(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None:
+            if not value:
+                raise ValueError("data.lenses must name at least one lens (or be null for all)")
+            for name in value:
+                lens_index(name)  # clear error for an unknown lens
+        return value
 
 
 class LossConfig(_Section):
@@ -135,15 +159,32 @@ def _merge(base: dict, override: dict) -> dict:
     return out
 
 
-def load_train_config(path: str | Path, overrides: dict | None = None) -> TrainConfig:
-    """Read a YAML TrainConfig; `overrides` is a nested dict merged on top (e.g. from the CLI).
-
-    A bare name such as "tiny" resolves to training/configs/tiny.yaml.
-    """
+def _resolve(path: str | Path) -> Path:
     p = Path(path)
     if not p.exists() and (CONFIG_DIR / f"{path}.yaml").exists():
         p = CONFIG_DIR / f"{path}.yaml"
     if not p.exists():
         raise FileNotFoundError(f"training config not found: {path}")
+    return p
+
+
+def _read_raw(path: str | Path, seen: tuple[Path, ...] = ()) -> dict:
+    """A YAML config with its `extends: <config>` chain merged in (the named base first).
+
+    `extends` is a path or a bare name under training/configs/ (the ablation configs in
+    training/configs/ablations/ extend the paper recipe and change only what they ablate).
+    """
+    p = _resolve(path).resolve()
+    if p in seen:
+        raise ValueError(f"training config extends itself: {' -> '.join(map(str, (*seen, p)))}")
     raw = yaml.safe_load(p.read_text()) or {}
-    return TrainConfig.model_validate(_merge(raw, overrides or {}))
+    base = raw.pop("extends", None)
+    return _merge(_read_raw(base, (*seen, p)), raw) if base is not None else raw
+
+
+def load_train_config(path: str | Path, overrides: dict | None = None) -> TrainConfig:
+    """Read a YAML TrainConfig; `overrides` is a nested dict merged on top (e.g. from the CLI).
+
+    A bare name such as "tiny" or "ablations/loss-ret" resolves to training/configs/<name>.yaml.
+    """
+    return TrainConfig.model_validate(_merge(_read_raw(path), overrides or {}))

@@ -1,0 +1,1 @@
+"""Ablation training configs (YAML); a package so the wheel ships them."""
