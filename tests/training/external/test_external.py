@@ -80,3 +80,23 @@ def test_irfl_bad_cells_and_columns(tmp_path):
     with pytest.raises(ValueError, match="distractors"):
         read_irfl(csv, tmp_path / "imgs")
     assert parse_name_list("['a', 'b']") == ["a", "b"] and parse_name_list("c.png") == ["c.png"]
+
+
+def test_irfl_split_filter(tmp_path):
+    for i, name in enumerate(["a.jpeg", "b.jpeg"]):
+        _image(tmp_path / "imgs" / name, 60 * i)
+    rows = [
+        ("p1", "a.jpeg", "b.jpeg", "train"),
+        ("p2", "b.jpeg", "a.jpeg", "test"),
+        ("p3", "a.jpeg", "b.jpeg", "train"),
+    ]
+    csv = tmp_path / "t.csv"
+    pd.DataFrame(rows, columns=["phrase", "answer", "distractors", "split"]).to_csv(csv, index=False)
+    assert read_irfl(csv, tmp_path / "imgs", split="train").phrases == ["p1", "p3"]
+    assert read_irfl(csv, tmp_path / "imgs", split="test").phrases == ["p2"]
+    assert len(read_irfl(csv, tmp_path / "imgs").phrases) == 3
+    with pytest.raises(ValueError, match="no usable IRFL rows.*split='valid'"):
+        read_irfl(csv, tmp_path / "imgs", split="valid")
+    pd.DataFrame(rows, columns=["phrase", "answer", "distractors", "kind"]).to_csv(csv, index=False)
+    with pytest.raises(ValueError, match="no 'split' column"):
+        read_irfl(csv, tmp_path / "imgs", split="train")
