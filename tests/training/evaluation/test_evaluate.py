@@ -189,10 +189,13 @@ def test_lenses_evaluate_on_tiny_trained_model(tiny_config, tiny_export, tmp_pat
         "No-mask smooth Chamfer",
     }
     assert data["external"]["IRFL idiom_detection_task (zero-shot open_clip)"]["accuracy"] in (0.0, 100.0)
+    irfl = data["irfl"]["systems"]  # seed 004's IRFL table: no adapter configured, so LoRA-CLIP is marked
+    assert "unavailable" in irfl["Ours: LoRA-CLIP (seed 004)"] and "literal_bias" in irfl[next(iter(irfl))]
     assert "all/i2t/R@1" in data["external"]["ArtEmis (zero-shot open_clip)"]
     report = (out / "report.md").read_text()
     assert (out / "routing.png").exists() and "main Table 2" in report and "main Table 6" in report
     assert "protocol `lens_slot`" in report and "(all pos.)" in report
+    assert "seed 004 Table 3 layout" in report and "| Ours: LoRA-CLIP (seed 004) | unavailable" in report
     assert (out / "encodings" / "manifest.json").exists()  # encoded through training.evaluation.encode
 
 
