@@ -67,7 +67,7 @@ def mine_hard_negatives(
 
     sim: [n_phrases, n_images] frozen-model cosine scores, rows aligned with task.phrases.
     """
-    sim = np.asarray(sim, dtype=np.float64)
+    sim = np.asarray(sim)  # float32 from the encoders is fine; no float64 copy of a large matrix
     if sim.shape != (len(task.phrases), len(task.image_paths)):
         raise ValueError(f"sim must be {len(task.phrases)}x{len(task.image_paths)}, got {sim.shape}")
     if top_k < 1:

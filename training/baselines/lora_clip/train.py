@@ -56,8 +56,9 @@ def _batch_loss(
     img = model.encode_image(load_images([task.image_paths[i] for i in images], preprocess).to(dev))  # [U, d]
     txt = model.encode_text(tokenizer([task.phrases[r] for r in rows]).to(dev))  # [R, d]
     n = len(idx)
-    fig_pos, lit_pos = torch.as_tensor(img_pos[:n]), torch.as_tensor(img_pos[n:])
-    s_fig, s_lit = triple_scores(txt[torch.as_tensor(txt_pos)], img[fig_pos], img[lit_pos])  # [T], [T]
+    fig_pos, lit_pos = torch.as_tensor(img_pos[:n], device=dev), torch.as_tensor(img_pos[n:], device=dev)
+    txt_rows = torch.as_tensor(txt_pos, device=dev)
+    s_fig, s_lit = triple_scores(txt[txt_rows], img[fig_pos], img[lit_pos])  # [T], [T]
     return deviation_loss(s_fig, s_lit, tau)
 
 
