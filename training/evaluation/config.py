@@ -58,8 +58,40 @@ class LoraClipSection(_Section):
     device: str = "cpu"
 
 
+ZeroShotFamily = Literal["open_clip", "blip2", "hf_clip", "bge_vl_mllm", "jina_v4"]
+
+
+class ZeroShotSection(_Section):
+    """One zero-shot row of main Tables 2 and 5 (training/evaluation/zero_shot.py)."""
+
+    row: str = Field(description="Row label, e.g. BLIP-2, BGE-VL-Large, CoCa (the papers' names)")
+    family: ZeroShotFamily
+    path: str | None = Field(
+        default=None,
+        description="Local model directory (blip2, hf_clip, bge_vl_mllm); open_clip: checkpoint file or "
+        "null for random weights",
+    )
+    model_name: str = Field(default="ViT-B-32", description="open_clip architecture name")
+    model_config_path: str | None = Field(default=None, description="open_clip JSON architecture file")
+    train_config: str = Field(
+        default="h200x8", description="bge_vl_mllm: training config whose data section (inputs) is used"
+    )
+    max_text_tokens: int | None = Field(default=None, description="None = the family's default")
+    batch_size: int = 32
+    device: str = "cpu"
+
+    @model_validator(mode="after")
+    def _needs_path(self) -> ZeroShotSection:
+        if self.family in ("blip2", "hf_clip", "bge_vl_mllm") and not self.path:
+            raise ValueError(
+                f"zero-shot row {self.row!r} ({self.family}) needs path: a local model directory"
+            )
+        return self
+
+
 class BaselinesSection(_Section):
     open_clip: OpenClipSection = Field(default_factory=OpenClipSection)
+    zero_shot: list[ZeroShotSection] = Field(default_factory=list)
     lora_clip: LoraClipSection = Field(default_factory=LoraClipSection)
     global_only_encodings: str | None = Field(
         default=None, description="Encodings dir of a global-only fine-tuned model (scored by global cosine)"

@@ -1,0 +1,105 @@
+"""Zero-shot baseline rows of main Tables 2 and 5 from `baselines.zero_shot` entries.
+
+Each entry names its paper row (`row`) and a family:
+- `open_clip` (CLIP, OpenCLIP, CoCa, SigLIP-2 of open_clip): `training.baselines.open_clip`;
+- `blip2`, `hf_clip` (BGE-VL-Large), `jina_v4` (unavailable): `training.baselines.hf_zero_shot`;
+- `bge_vl_mllm`: BAAI/BGE-VL-MLLM-S1 itself, untouched (LoRA adapters start at zero), read
+  through the project's retriever in global mode: the global embedding is the final token of
+  the global-only input strings of docs/training.md (the instruction texts of `train_config`'s
+  data section), the same inputs the fine-tuned BGE-VL-MLLM baseline is trained with.
+
+`zero_shot_systems` returns the score matrices of the rows it can run and, for the others, the
+reason (never a made-up number).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from training.evaluation.config import ZeroShotSection
+
+log = logging.getLogger(__name__)
+
+
+@torch.no_grad()
+def bge_vl_mllm_scores(
+    entry: ZeroShotSection, image_paths: Sequence[str], texts: Sequence[str]
+) -> np.ndarray:
+    from training.baselines.global_only import global_scores
+    from training.loop.data import load_image
+    from training.loop.inputs import Collator
+    from training.retriever.build import build_retriever
+    from training.retriever.config import load_train_config
+
+    cfg = load_train_config(
+        entry.train_config,
+        {"loss": {"mode": "global"}, "model": {"source": "local", "path": entry.path},
+         "run": {"device": entry.device, "precision": "fp32"}},
+    )  # fmt: skip
+    retriever, processor, _ = build_retriever(cfg, entry.path, torch.device(entry.device))
+    retriever.eval()
+    collator = Collator(processor, cfg.data, lens_mode=False)
+    dev, bs = torch.device(entry.device), entry.batch_size
+    img = []
+    for i in range(0, len(image_paths), bs):
+        pils = [load_image(p, cfg.data.image_size) for p in image_paths[i : i + bs]]
+        b = collator.images(pils, [[] for _ in pils])
+        e = retriever.encode_images(
+            b["img_input_ids"].to(dev), b["img_attention_mask"].to(dev), b["pixel_values"].to(dev),
+            b["image_sizes"].to(dev), b["img_slot_lens"].to(dev),
+        )  # fmt: skip
+        img.append(e.global_.cpu())
+    txt = []
+    for i in range(0, len(texts), 4 * bs):
+        t = collator.captions(list(texts[i : i + 4 * bs]))
+        txt.append(
+            retriever.encode_captions(
+                t["txt_input_ids"].to(dev), t["txt_attention_mask"].to(dev)
+            ).global_.cpu()
+        )
+    return global_scores(torch.cat(img), torch.cat(txt))
+
+
+def _open_clip_scores(entry: ZeroShotSection, image_paths: Sequence[str], texts: Sequence[str]) -> np.ndarray:
+    from training.baselines.global_only import global_scores
+    from training.baselines.open_clip import encode_open_clip, load_open_clip
+
+    bundle = load_open_clip(
+        entry.model_name, pretrained=entry.path, model_config=entry.model_config_path, device=entry.device
+    )
+    return global_scores(*encode_open_clip(*bundle, image_paths, texts, batch_size=entry.batch_size))
+
+
+def zero_shot_scores(entry: ZeroShotSection, image_paths: Sequence[str], texts: Sequence[str]) -> np.ndarray:
+    """[n_images, n_texts] scores of one entry; ZeroShotUnavailable for a family that cannot run."""
+    from training.baselines.hf_zero_shot import hf_zero_shot_scores, load_hf_zero_shot
+
+    if entry.family == "open_clip":
+        return _open_clip_scores(entry, image_paths, texts)
+    if entry.family == "bge_vl_mllm":
+        return bge_vl_mllm_scores(entry, image_paths, texts)
+    bundle = load_hf_zero_shot(
+        entry.family, entry.path, device=entry.device, max_text_tokens=entry.max_text_tokens
+    )
+    return hf_zero_shot_scores(bundle, image_paths, texts, batch_size=entry.batch_size)
+
+
+def zero_shot_systems(
+    entries: Sequence[ZeroShotSection], image_paths: Sequence[str], texts: Sequence[str]
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """({row: scores} of the runnable entries, {row: reason} of the unavailable ones)."""
+    from training.baselines.hf_zero_shot import ZeroShotUnavailable
+
+    scores: dict[str, np.ndarray] = {}
+    unavailable: dict[str, str] = {}
+    for entry in entries:
+        try:
+            scores[entry.row] = zero_shot_scores(entry, image_paths, texts)
+        except ZeroShotUnavailable as exc:
+            log.warning("zero-shot row %r unavailable: %s", entry.row, exc)
+            unavailable[entry.row] = str(exc)
+    return scores, unavailable
