@@ -92,6 +92,9 @@ class ZeroShotSection(_Section):
 class BaselinesSection(_Section):
     open_clip: OpenClipSection = Field(default_factory=OpenClipSection)
     zero_shot: list[ZeroShotSection] = Field(default_factory=list)
+    global_only_checkpoint: str | None = Field(
+        default=None, description="Checkpoint of the global-only fine-tuned model (its ArtEmis row)"
+    )
     lora_clip: LoraClipSection = Field(default_factory=LoraClipSection)
     global_only_encodings: str | None = Field(
         default=None, description="Encodings dir of a global-only fine-tuned model (scored by global cosine)"
@@ -103,6 +106,11 @@ class BaselinesSection(_Section):
 class ArtemisSection(_Section):
     csv: str
     wikiart_dir: str
+    prompts: str | None = Field(
+        default=None,
+        description="Optional image-side prompts for the lens models: CSV/Parquet with art_style, "
+        "painting, lens, text (ArtEmis has none; without them every pair uses the global fallback)",
+    )
     split: str | None = None
     on_missing: Literal["error", "skip"] = "error"
 
@@ -168,6 +176,30 @@ class ImpSection(_Section):
         return self
 
 
+VariantRole = Literal[
+    "loss_ret", "loss_ret_slot", "lenses_literal", "lenses_emotional", "density_z0", "density_z1"
+]
+
+
+class VariantSection(_Section):
+    """Another trained lens model (an ablation run), scored like the main one for its paper row:
+    main Table 3a (loss_ret*), Table 5 (lenses_*), supp. Table 5 (density_*); see paper_tables.py."""
+
+    role: VariantRole
+    encodings_dir: str | None = Field(
+        default=None, description="`lenses encode` folder of the evaluated split"
+    )
+    checkpoint: str | None = Field(
+        default=None, description="Checkpoint (encoded here when no encodings_dir; needed for ArtEmis)"
+    )
+
+    @model_validator(mode="after")
+    def _has_source(self) -> VariantSection:
+        if not (self.encodings_dir or self.checkpoint):
+            raise ValueError(f"variant {self.role!r} needs encodings_dir or checkpoint")
+        return self
+
+
 class EvalConfig(_Section):
     export_dir: str = Field(default="runs/export", description="`lenses export` folder")
     split: Literal["train", "valid", "test"] = "test"
@@ -183,6 +215,14 @@ class EvalConfig(_Section):
     external: ExternalSection = Field(default_factory=ExternalSection)
     routing: bool = True
     imp: ImpSection | None = None
+    variants: list[VariantSection] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique_variants(self) -> EvalConfig:
+        roles = [v.role for v in self.variants]
+        if len(set(roles)) < len(roles):
+            raise ValueError(f"variants: each role at most once, got {roles}")
+        return self
 
 
 def _merge(base: dict, override: dict) -> dict:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from training.evaluation.metrics import LENS_KEYS
+from training.evaluation.paper_tables import paper_tables_markdown
 
 LENS_TITLES = ("Literal", "Figurative", "Abstract", "Background", "Emotional")
 PROTOCOL_TITLES = {
@@ -173,6 +174,7 @@ def render_markdown(results: dict[str, Any]) -> str:
     """All tables of one evaluation as one markdown document."""
     ks = tuple(results.get("meta", {}).get("ks", (1, 5, 10)))
     parts = [f"# Evaluation report ({results.get('meta', {}).get('split', '?')} split)"]
+    parts += paper_tables_markdown(results)  # the papers' own rows first, unavailable ones marked
     by_protocol = results.get("systems", {})
     for protocol, systems in by_protocol.items():
         parts += [

@@ -31,9 +31,11 @@ from training.evaluation.inputs import (
 )
 from training.evaluation.lens_slot import lens_slot_metrics
 from training.evaluation.metrics import protocol_free, retrieval_metrics
+from training.evaluation.paper_runs import add_paper_results, fine_tuned_scores
 from training.evaluation.routing import fallback_rates, routing_matrix
 from training.evaluation.scoring import all_lens_text_slots, label_text_slots, score_lens_slots
 from training.evaluation.types import EncodedSplit
+from training.evaluation.zero_shot import zero_shot_systems
 
 log = logging.getLogger(__name__)
 
@@ -204,12 +206,12 @@ def _external(cfg: EvalConfig, clip_bundle) -> tuple[dict[str, dict[str, Any]], 
     """
     if not (cfg.external.artemis or cfg.external.irfl):
         return {}, None
-    if clip_bundle is None:
-        raise ValueError("external benchmarks need baselines.open_clip.enabled (the prompt-free scorer)")
+    if clip_bundle is None and cfg.external.irfl:
+        raise ValueError("IRFL needs baselines.open_clip.enabled (the prompt-free scorer)")
     from training.external.artemis import read_artemis
 
     out: dict[str, dict[str, Any]] = {}
-    if cfg.external.artemis:
+    if cfg.external.artemis and clip_bundle is not None:  # every system's ArtEmis rows: results["artemis"]
         a = cfg.external.artemis
         ds = read_artemis(a.csv, a.wikiart_dir, on_missing=a.on_missing, split=a.split)
         sim = open_clip_scores(clip_bundle, cfg, ds.image_paths, ds.texts)
@@ -263,6 +265,8 @@ def run_evaluation(cfg: EvalConfig) -> tuple[dict[str, Any], dict[str, Path]]:
     extra: dict[str, np.ndarray] = {}
     if cfg.baselines.global_only_encodings:
         extra["Global-only fine-tuned"] = global_only_scores(cfg.baselines.global_only_encodings, labels)
+    elif cfg.baselines.global_only_checkpoint:  # encoded here from the checkpoint instead
+        extra["Global-only fine-tuned"] = fine_tuned_scores(cfg.baselines.global_only_checkpoint, labels)
     clip_bundle = None
     if cfg.baselines.open_clip.enabled:
         clip_bundle = open_clip_model(cfg)
@@ -270,8 +274,11 @@ def run_evaluation(cfg: EvalConfig) -> tuple[dict[str, Any], dict[str, Path]]:
         weights = oc.pretrained or "random weights"
         name = f"Zero-shot open_clip ({Path(oc.model_config_path).stem if oc.model_config_path else oc.model_name}, {weights})"
         extra[name] = open_clip_scores(clip_bundle, cfg, labels.image_paths, labels.captions)
+    zero_shot, unavailable = zero_shot_systems(cfg.baselines.zero_shot, labels.image_paths, labels.captions)
+    extra.update(zero_shot)  # the zero-shot rows of main Table 2, by their paper names
     difficulty, imp_summary = difficulty_codes(cfg, labels) if cfg.imp is not None else (None, None)
     results = evaluate_encoded(enc, cfg, extra, difficulty)
+    add_paper_results(results, cfg, labels, source, unavailable, evaluate_encoded, enc.txt_global)
     if imp_summary is not None:
         results["meta"]["imp_split"] = imp_summary
     results["external"], irfl = _external(cfg, clip_bundle)

@@ -26,27 +26,20 @@ log = logging.getLogger(__name__)
 
 
 @torch.no_grad()
-def bge_vl_mllm_scores(
-    entry: ZeroShotSection, image_paths: Sequence[str], texts: Sequence[str]
+def global_mode_scores(
+    retriever, processor, data_cfg, image_paths: Sequence[str], texts: Sequence[str], batch_size: int = 8
 ) -> np.ndarray:
+    """Cosine of global embeddings from the global-only input strings (no prompts, no lens tags)."""
     from training.baselines.global_only import global_scores
     from training.loop.data import load_image
     from training.loop.inputs import Collator
-    from training.retriever.build import build_retriever
-    from training.retriever.config import load_train_config
 
-    cfg = load_train_config(
-        entry.train_config,
-        {"loss": {"mode": "global"}, "model": {"source": "local", "path": entry.path},
-         "run": {"device": entry.device, "precision": "fp32"}},
-    )  # fmt: skip
-    retriever, processor, _ = build_retriever(cfg, entry.path, torch.device(entry.device))
     retriever.eval()
-    collator = Collator(processor, cfg.data, lens_mode=False)
-    dev, bs = torch.device(entry.device), entry.batch_size
+    collator = Collator(processor, data_cfg, lens_mode=False)
+    dev, bs = next(retriever.parameters()).device, batch_size
     img = []
     for i in range(0, len(image_paths), bs):
-        pils = [load_image(p, cfg.data.image_size) for p in image_paths[i : i + bs]]
+        pils = [load_image(p, data_cfg.image_size) for p in image_paths[i : i + bs]]
         b = collator.images(pils, [[] for _ in pils])
         e = retriever.encode_images(
             b["img_input_ids"].to(dev), b["img_attention_mask"].to(dev), b["pixel_values"].to(dev),
@@ -56,12 +49,25 @@ def bge_vl_mllm_scores(
     txt = []
     for i in range(0, len(texts), 4 * bs):
         t = collator.captions(list(texts[i : i + 4 * bs]))
-        txt.append(
-            retriever.encode_captions(
-                t["txt_input_ids"].to(dev), t["txt_attention_mask"].to(dev)
-            ).global_.cpu()
-        )
+        e = retriever.encode_captions(t["txt_input_ids"].to(dev), t["txt_attention_mask"].to(dev))
+        txt.append(e.global_.cpu())
     return global_scores(torch.cat(img), torch.cat(txt))
+
+
+def bge_vl_mllm_scores(
+    entry: ZeroShotSection, image_paths: Sequence[str], texts: Sequence[str]
+) -> np.ndarray:
+    """BGE-VL-MLLM-S1 as it is: the retriever in global mode straight from the base directory."""
+    from training.retriever.build import build_retriever
+    from training.retriever.config import load_train_config
+
+    cfg = load_train_config(
+        entry.train_config,
+        {"loss": {"mode": "global"}, "model": {"source": "local", "path": entry.path},
+         "run": {"device": entry.device, "precision": "fp32"}},
+    )  # fmt: skip
+    retriever, processor, _ = build_retriever(cfg, entry.path, torch.device(entry.device))
+    return global_mode_scores(retriever, processor, cfg.data, image_paths, texts, entry.batch_size)
 
 
 def _open_clip_scores(entry: ZeroShotSection, image_paths: Sequence[str], texts: Sequence[str]) -> np.ndarray:

@@ -1,0 +1,225 @@
+"""Rows of the papers' tables beyond the main evaluation: the ablation lens models (`variants`)
+on the evaluated split, and ArtEmis (main Table 5) with every system that can encode it.
+
+`evaluate` is `training.evaluation.run.evaluate_encoded`, passed in by the caller so that this
+module does not import `run` (which imports this one).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from training.evaluation.config import EvalConfig, VariantSection
+from training.evaluation.inputs import encode_in_process, read_encodings, retriever_from_train_config
+from training.evaluation.metrics import retrieval_metrics
+from training.evaluation.scoring import all_lens_text_slots, score_lens_slots
+from training.evaluation.types import EncodedSplit, SplitLabels
+from training.evaluation.zero_shot import global_mode_scores, zero_shot_systems
+
+log = logging.getLogger(__name__)
+
+ARTEMIS_LENSES = "Lenses - All"
+ARTEMIS_ROLES = {"lenses_literal": "Lenses - Literal", "lenses_emotional": "Lenses - Emotional"}
+ARTEMIS_FINE_TUNED = "BGE-VL-MLLM (fine-tuned)"
+
+
+def _variant_encodings(v: VariantSection, cfg: EvalConfig, labels: SplitLabels) -> EncodedSplit:
+    from training.evaluation.encode import encode_split
+
+    if v.encodings_dir:
+        return read_encodings(v.encodings_dir, labels)
+    enc_dir = Path(cfg.out_dir) / "variants" / v.role
+    encode_split(v.checkpoint, cfg.export_dir, cfg.split, enc_dir, device="cpu")
+    return read_encodings(enc_dir, labels)
+
+
+def variant_results(cfg: EvalConfig, labels: SplitLabels, evaluate: Callable) -> dict[str, dict[str, Any]]:
+    """{role: {protocol: metrics}} of every configured ablation lens model, scored like the main one."""
+    if not cfg.variants:
+        return {}
+    slim = cfg.model_copy(
+        update={
+            "routing": False,
+            "imp": None,
+            "baselines": cfg.baselines.model_copy(update={"similarity_ablations": False, "text_only": False}),
+        }
+    )
+    out = {}
+    for v in cfg.variants:
+        res = evaluate(_variant_encodings(v, cfg, labels), slim, None, None)
+        out[v.role] = {p: next(iter(systems.values())) for p, systems in res["systems"].items()}
+        log.info("variant %s evaluated", v.role)
+    return out
+
+
+def _artemis_prompts(table: str | None, ds, wikiart_dir: str) -> list[list[tuple[str, int]]]:
+    """Per ArtEmis image: (prompt, lens) from the optional prompts table, ordered by lens."""
+    sets: list[list[tuple[str, int]]] = [[] for _ in ds.image_paths]
+    if table is None:
+        return sets
+    import pandas as pd
+
+    from training.external.common import read_csv
+    from training.retriever.lenses import lens_index
+
+    cols = ("art_style", "painting", "lens", "text")
+    df = (
+        pd.read_parquet(table)
+        if str(table).endswith(".parquet")
+        else read_csv(table, cols, "ArtEmis prompts")
+    )
+    row_of = {p: i for i, p in enumerate(ds.image_paths)}
+    for style, painting, lens, text in zip(*(df[c] for c in cols), strict=True):
+        row = row_of.get(str(Path(wikiart_dir) / str(style) / f"{painting}.jpg"))
+        if row is not None:
+            sets[row].append((str(text), lens_index(str(lens))))
+    return [sorted(s, key=lambda p: p[1]) for s in sets]
+
+
+def _lens_scores(bundle, ds, prompt_sets, cfg: EvalConfig) -> np.ndarray:
+    retriever, processor, data_cfg = bundle
+    n = len(ds.image_paths)
+    labels = SplitLabels(
+        ds.image_paths, ds.image_paths, [str(i) for i in range(len(ds.texts))], list(ds.texts),
+        ds.caption_image, ds.caption_lens, prompt_sets, [], np.zeros(0, np.int64), np.zeros(0, np.int64),
+    )  # fmt: skip
+    enc = encode_in_process(retriever, processor, data_cfg, labels)
+    s = cfg.scoring
+    return score_lens_slots(
+        enc.img_slots, enc.img_slot_lens, enc.img_global, enc.txt_slots, enc.txt_global,
+        txt_slot_lens=all_lens_text_slots(len(ds.texts)), alpha=s.alpha, denominator=s.denominator,
+        fallback=s.fallback, image_chunk=min(s.image_chunk, max(n, 1)), text_chunk=s.text_chunk,
+    )  # fmt: skip
+
+
+def _checkpoint_bundle(checkpoint: str):
+    from training.evaluation.encode import load_for_inference
+
+    retriever, processor, tcfg = load_for_inference(checkpoint, torch.device("cpu"))
+    return retriever, processor, tcfg.data
+
+
+def _lens_models(cfg: EvalConfig, source: dict) -> tuple[dict[str, Callable], dict[str, str]]:
+    """{row: () -> (retriever, processor, data cfg)} of the lens models that can encode ArtEmis."""
+    loaders: dict[str, Callable] = {}
+    reasons: dict[str, str] = {}
+    if source.get("checkpoint"):
+        loaders[ARTEMIS_LENSES] = lambda: _checkpoint_bundle(source["checkpoint"])
+    elif cfg.train_config and source.get("untrained"):
+        loaders[ARTEMIS_LENSES] = lambda: retriever_from_train_config(cfg)[:3]
+    else:
+        reasons[ARTEMIS_LENSES] = (
+            "the lens model was read from encodings_dir: set checkpoint to encode new inputs"
+        )
+    by_role = {v.role: v for v in cfg.variants}
+    for role, row in ARTEMIS_ROLES.items():
+        v = by_role.get(role)
+        if v is not None and v.checkpoint:
+            loaders[row] = lambda ckpt=v.checkpoint: _checkpoint_bundle(ckpt)
+        else:
+            reasons[row] = (
+                f"no variants entry with role {role} and a checkpoint (configs/ablations/{role.replace('_', '-')})"
+            )
+    return loaders, reasons
+
+
+def fine_tuned_scores(checkpoint: str, labels: SplitLabels) -> np.ndarray:
+    """The global-only fine-tuned BGE-VL-MLLM on the evaluated split, encoded from its checkpoint."""
+    retriever, processor, data_cfg = _checkpoint_bundle(checkpoint)
+    return global_mode_scores(retriever, processor, data_cfg, labels.image_paths, labels.captions)
+
+
+def artemis_results(cfg: EvalConfig, source: dict) -> dict[str, Any]:
+    """Main Table 5: ArtEmis I->T and T->I R@K of the zero-shot rows and of the fine-tuned models."""
+    from training.external.artemis import read_artemis
+
+    a = cfg.external.artemis
+    ds = read_artemis(a.csv, a.wikiart_dir, on_missing=a.on_missing, split=a.split)
+    scores, unavailable = zero_shot_systems(cfg.baselines.zero_shot, ds.image_paths, ds.texts)
+    if cfg.baselines.global_only_checkpoint:
+        retriever, processor, data_cfg = _checkpoint_bundle(cfg.baselines.global_only_checkpoint)
+        scores[ARTEMIS_FINE_TUNED] = global_mode_scores(
+            retriever, processor, data_cfg, ds.image_paths, ds.texts
+        )
+    else:
+        unavailable[ARTEMIS_FINE_TUNED] = "baselines.global_only_checkpoint not set"
+    loaders, reasons = _lens_models(cfg, source)
+    unavailable.update(reasons)
+    prompt_sets = _artemis_prompts(a.prompts, ds, a.wikiart_dir)
+    for row, load in loaders.items():
+        scores[row] = _lens_scores(load(), ds, prompt_sets, cfg)
+    systems = {}
+    for row, sim in scores.items():
+        m = retrieval_metrics(sim, ds.caption_image, ds.caption_lens, ks=cfg.metrics.ks)
+        systems[row] = {k: v for k, v in m.items() if k.startswith("all/") or k == "RSUM"}
+    return {
+        "systems": systems,
+        "unavailable": unavailable,
+        "n_images": len(ds.image_paths),
+        "n_captions": len(ds.texts),
+        "n_rejected_rows": len(ds.rejections),
+        "n_images_with_prompts": int(sum(bool(p) for p in prompt_sets)),
+    }
+
+
+@torch.no_grad()
+def _image_globals_without_prompts(bundle, image_paths: list[str], batch_size: int = 8) -> torch.Tensor:
+    from training.loop.data import load_image
+    from training.loop.inputs import Collator
+
+    retriever, processor, data_cfg = bundle
+    retriever.eval()
+    collator = Collator(processor, data_cfg, lens_mode=True)
+    dev, out = next(retriever.parameters()).device, []
+    for i in range(0, len(image_paths), batch_size):
+        pils = [load_image(p, data_cfg.image_size) for p in image_paths[i : i + batch_size]]
+        b = collator.images(pils, [[] for _ in pils])
+        e = retriever.encode_images(
+            b["img_input_ids"].to(dev), b["img_attention_mask"].to(dev), b["pixel_values"].to(dev),
+            b["image_sizes"].to(dev), b["img_slot_lens"].to(dev),
+        )  # fmt: skip
+        out.append(e.global_.cpu())
+    return torch.cat(out)
+
+
+def global_without_prompts(
+    results: dict[str, Any], cfg: EvalConfig, labels: SplitLabels, source: dict, txt_global: torch.Tensor
+) -> None:
+    """Supp. Table 3's "Global only (w/o prompts)": the lens model's global image embedding of an
+    input without any image-side prompt against the same caption globals (a second image pass)."""
+    from training.baselines.global_only import global_scores
+
+    row = "Global only (w/o prompts)"
+    if "ablations" not in results:
+        return
+    loaders, reasons = _lens_models(cfg.model_copy(update={"variants": []}), source)
+    if ARTEMIS_LENSES not in loaders:
+        results.setdefault("ablation_notes", {})[row] = f"unavailable: {reasons[ARTEMIS_LENSES]}"
+        return
+    img = _image_globals_without_prompts(loaders[ARTEMIS_LENSES](), labels.image_paths)
+    protocol = next((p for p in cfg.metrics.protocols if p != "lens_slot"), "lens_gallery")
+    sim = global_scores(img, txt_global)
+    m = retrieval_metrics(
+        sim, labels.caption_image, labels.caption_lens, ks=cfg.metrics.ks, protocol=protocol
+    )
+    results["ablations"] = {row: m, **results["ablations"]}
+
+
+def add_paper_results(
+    results: dict[str, Any], cfg: EvalConfig, labels: SplitLabels, source: dict, unavailable: dict[str, str],
+    evaluate: Callable, txt_global: torch.Tensor | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Adds `zero_shot` (configured rows, unavailable ones with reasons), `variants` and `artemis`."""
+    results["zero_shot"] = {"rows": [e.row for e in cfg.baselines.zero_shot], "unavailable": unavailable}
+    results["variants"] = variant_results(cfg, labels, evaluate)
+    if txt_global is not None:
+        global_without_prompts(results, cfg, labels, source, txt_global)
+    if cfg.external.artemis is not None:
+        results["artemis"] = artemis_results(cfg, source)
+    return results

@@ -1,0 +1,184 @@
+"""The papers' result tables with their own rows, in their order (main Tables 2, 3a, 4, 5;
+supplementary Tables 3 and 5). A row the run did not produce is kept and marked: "unavailable"
+(the code cannot produce it, with the reason) or "not run" (what to configure for it).
+
+Reads only the results dict of `training.evaluation.run`; the generic per-protocol tables stay in
+`training.evaluation.reports`, which appends these.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+LENS_COLS = (("Literal", "literal"), ("Figurative", "figurative"), ("Abstract", "abstract"),
+             ("Background", "background"), ("Emotional", "emotional"), ("All", "all"))  # fmt: skip
+MAIN = "Lenses (lens-masked + global)"  # training.evaluation.run.MAIN_SYSTEM
+FINE_TUNED = "Global-only fine-tuned"
+
+# Rows no configuration can fill, with the reason (docs/evaluation.md lists them).
+NO_ADAPTER = {
+    "Jina-v4": "unavailable: jina-embeddings-v4 needs its remote modeling code (trust_remote_code), "
+    "not shipped by transformers; it cannot be loaded from local files or tested offline",
+    "Onepiece": "unavailable: no loader for OnePiece in this code (not an open_clip or transformers "
+    "family it knows)",
+}
+TABLE2_ZERO_SHOT = ("BLIP-2", "CLIP", "CoCa", "OpenCLIP", "Jina-v4", "BGE-VL-Large", "BGE-VL-MLLM")
+TABLE5_ZERO_SHOT = ("BLIP-2", "BGE-VL-Large", "CLIP", "CoCa", "Jina-v4", "Onepiece", "OpenCLIP", "SigLIP-2")
+TABLE5_FINE_TUNED = ("BGE-VL-MLLM (fine-tuned)", "Lenses - All", "Lenses - Literal", "Lenses - Emotional")
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}f}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def _row(label: str, metrics: dict | None, keys: list[str], note: str, digits: int = 2) -> list[str]:
+    if metrics is None:
+        return [label, *("—" for _ in keys), note]
+    return [label, *(_fmt(metrics.get(k), digits) for k in keys), note]
+
+
+def _block(title: str, width: int) -> list[str]:
+    return [f"*{title}*", *("" for _ in range(width))]
+
+
+def _gallery(results: dict) -> tuple[str | None, dict[str, dict]]:
+    systems = results.get("systems", {})
+    protocols = [p for p in systems if p != "lens_slot"]
+    return (protocols[0], systems[protocols[0]]) if protocols else (None, {})
+
+
+def _zero_shot_note(results: dict, row: str, systems: dict, suffix: str = "") -> tuple[dict | None, str]:
+    if row in systems:
+        return systems[row], ""
+    unavailable = results.get("zero_shot", {}).get("unavailable", {})
+    if row in unavailable:
+        return None, f"unavailable: {unavailable[row]}"
+    if row in NO_ADAPTER:
+        return None, NO_ADAPTER[row]
+    return None, f"not run: no baselines.zero_shot entry with row {row!r}{suffix}"
+
+
+def table2(results: dict) -> str:
+    protocol, systems = _gallery(results)
+    keys = [f"{k}/{d}/R@{r}" for _, k in LENS_COLS for d in ("i2t", "t2i") for r in (1, 5)]
+    header = [
+        "Model",
+        *(f"{t} {d} R@{r}" for t, _ in LENS_COLS for d in ("I→T", "T→I") for r in (1, 5)),
+        "Note",
+    ]
+    rows = [_block("Zero-shot", len(keys) + 1)]
+    for r in TABLE2_ZERO_SHOT:
+        m, note = _zero_shot_note(results, r, systems)
+        rows.append(_row(r, m, keys, note))
+    rows.append(_block("Fine-Tune", len(keys) + 1))
+    rows.append(_row("BGE-VL-MLLM", systems.get(FINE_TUNED), keys,
+                     "" if FINE_TUNED in systems else "not run: baselines.global_only_encodings or global_only_checkpoint not set"))  # fmt: skip
+    rows.append(_row("Lenses", systems.get(MAIN), keys, ""))
+    for role, label in (("lenses_literal", "Lenses - Literal"), ("lenses_emotional", "Lenses - Emotional")):
+        v = results.get("variants", {}).get(role)
+        if v is not None:
+            rows.append(_row(label, v.get(protocol), keys, "variant"))
+    title = f"## Main Table 2 (paper rows), R@K (%) — protocol `{protocol}` for every row"
+    return f"{title}\n\n{_table(header, rows)}"
+
+
+def table3a(results: dict) -> str:
+    protocol, systems = _gallery(results)
+    variants = results.get("variants", {})
+    spec = [("1", "✓", "", "", variants.get("loss_ret", {}).get(protocol), "loss_ret"),
+            ("2", "✓", "✓", "", variants.get("loss_ret_slot", {}).get(protocol), "loss_ret_slot"),
+            ("3", "✓", "✓", "✓", systems.get(MAIN), None)]  # fmt: skip
+    rows = []
+    for n, a, b, c, m, role in spec:
+        note = "" if m is not None else f"not run: variants entry with role {role} (configs/ablations)"
+        rows.append([n, a, b, c, _fmt(m.get("RSUM"), 1) if m else "—", note])
+    header = ["", "L_ret", "L_cap→slot", "L_div-img", "RSUM (All)", "Note"]
+    return f"## Main Table 3a, loss ablation (RSUM of All)\n\n{_table(header, rows)}"
+
+
+def table4(results: dict) -> str:
+    _, systems = _gallery(results)
+    keys = ["LC@10", "All@10", "LensDCG@10", "CaptionDCG@10"]
+    zs, note = _zero_shot_note(results, "BGE-VL-MLLM", systems)
+    rows = [_row("BGE-VL-MLLM", zs, keys, note, 1),
+            _row("BGE-VL-MLLM (Fine-Tune)", systems.get(FINE_TUNED), keys,
+                 "" if FINE_TUNED in systems else "not run: baselines.global_only_encodings or global_only_checkpoint not set", 1),
+            _row("Lenses", systems.get(MAIN), keys, "", 1)]  # fmt: skip
+    header = ["Method", "LC@10", "All@10", "Lens DCG@10", "Caption DCG@10", "Note"]
+    return f"## Main Table 4, lens-aware retrieval metrics\n\n{_table(header, rows)}"
+
+
+def table5(results: dict) -> str:
+    title = "## Main Table 5, ArtEmis retrieval R@K (%)"
+    art = results.get("artemis")
+    if art is None:
+        return f"{title}\n\nnot run: external.artemis not configured (every row)."
+    keys = [f"all/{d}/R@{k}" for d in ("i2t", "t2i") for k in (1, 5, 10)]
+    header = ["Model", *(f"{t} R@{k}" for t in ("I→T", "T→I") for k in (1, 5, 10)), "Note"]
+    systems, unavailable = art["systems"], art["unavailable"]
+    rows = [_block("Zero-shot", len(keys) + 1)]
+    for r in TABLE5_ZERO_SHOT:
+        m, note = _zero_shot_note({"zero_shot": {"unavailable": unavailable}}, r, systems)
+        rows.append(_row(r, m, keys, note))
+    rows.append(_block("Fine-tuned on Lenses", len(keys) + 1))
+    for r in TABLE5_FINE_TUNED:
+        rows.append(_row(r, systems.get(r), keys, f"not run: {unavailable[r]}" if r in unavailable else ""))
+    sizes = (f"{art['n_images']} images, {art['n_captions']} captions, {art['n_rejected_rows']} rows rejected; "
+             f"{art['n_images_with_prompts']} images with image-side prompts")  # fmt: skip
+    return f"{title}\n\n{sizes}\n\n{_table(header, rows)}"
+
+
+def supp_table3(results: dict) -> str:
+    ab = results.get("ablations") or {}
+    keys = ["all/i2t/R@1", "all/i2t/R@5", "all/t2i/R@1", "all/t2i/R@5"]
+    names = [("Global only (w/o prompts)", "Global only (w/o prompts)"), ("Global only (w/ prompts)", "Global only"),
+             ("No-mask smooth Chamfer", "No-mask smooth Chamfer"),
+             ("Lens-masked smooth Chamfer", "Lens-masked smooth Chamfer"),
+             ("Full Model (Lens-masked + Global)", "Full model (lens-masked + global)")]  # fmt: skip
+    rows = []
+    for label, key in names:
+        note = (
+            ""
+            if key in ab
+            else results.get("ablation_notes", {}).get(key, "not run: baselines.similarity_ablations off")
+        )
+        rows.append(_row(label, ab.get(key), keys, note, 1))
+    header = ["Similarity variant", "I→T R@1", "I→T R@5", "T→I R@1", "T→I R@5", "Note"]
+    return f"## Supp. Table 3, similarity ablation on fixed embeddings\n\n{_table(header, rows)}"
+
+
+def supp_table5(results: dict) -> str:
+    protocol, systems = _gallery(results)
+    variants = results.get("variants", {})
+    keys = [f"{k}/{d}/R@{r}" for _, k in LENS_COLS for d in ("i2t", "t2i") for r in (1, 5)]
+    header = [
+        "Config (z)",
+        *(f"{t} {d} R@{r}" for t, _ in LENS_COLS for d in ("I→T", "T→I") for r in (1, 5)),
+        "Note",
+    ]
+    rows = []
+    for label, role in (("z=0 (Token-Only)", "density_z0"), ("z=1 (Top-1 Prompt)", "density_z1")):
+        m = variants.get(role, {}).get(protocol)
+        rows.append(_row(label, m, keys, "" if m else f"not run: variants entry with role {role}"))
+    rows.append(_row("z>1 (All-Prompts)", systems.get(MAIN), keys, ""))
+    return f"## Supp. Table 5, prompt density — protocol `{protocol}`\n\n{_table(header, rows)}"
+
+
+def paper_tables_markdown(results: dict[str, Any]) -> list[str]:
+    """Markdown sections of the papers' tables, in paper order."""
+    if not results.get("systems"):
+        return []
+    return [
+        "# The papers' tables",
+        table2(results), table3a(results), table4(results), table5(results),
+        supp_table3(results), supp_table5(results),
+        "# Every metric, by protocol",
+    ]  # fmt: skip
