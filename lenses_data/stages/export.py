@@ -20,7 +20,9 @@ output (test texts checked against the image, the other splits passed through).
 
 from __future__ import annotations
 
+import ctypes
 import datetime as dt
+import gc
 import importlib.metadata
 import logging
 from pathlib import Path
@@ -345,12 +347,26 @@ def export_settings(config: Any) -> ExportConfig:
     return getattr(config, "export", None) or ExportConfig()
 
 
+def give_back_memory() -> None:
+    """Return freed heap pages to the OS. Export runs last in the coordinator: the annotate stages'
+    freed journal entries and frames stay in glibc's heap, where Arrow (its own allocator) cannot
+    reuse them, and Arrow's pool keeps pages of its own. Trimming both before and during export
+    lowers the build's peak RSS (a 20k export after such garbage: 473 -> 439 MiB)."""
+    gc.collect()
+    pa.default_memory_pool().release_unused()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to trim
+        pass
+
+
 def export_dataset(run: str | Path, out: str | Path, config: Any = None) -> dict[str, Any]:
     """Write the dataset folder `out` from a finished run; returns the manifest as a dict."""
     from lenses_data.card import write_card
     from lenses_data.card_meta import card_metadata, licence_counts
 
     run, out = Path(run), Path(out)
+    give_back_memory()
     captions, prompts, texts = read_final_texts(run)  # texts: distinct image_id, model, simulated
     images, empty = final_images(run, texts)
     text_models, texts_simulated = texts[["model"]], bool(texts["simulated"].any())
@@ -378,6 +394,7 @@ def export_dataset(run: str | Path, out: str | Path, config: Any = None) -> dict
     del hf_tables
     caption_texts = captions.select(["image_id", "text"])  # the card's diversity reads the texts
     captions, prompts = card_frame(captions), card_frame(prompts)
+    give_back_memory()
     manifest = Manifest(
         created_at=dt.datetime.now(dt.UTC),
         config=config.model_dump(mode="json") if hasattr(config, "model_dump") else {},
