@@ -20,7 +20,7 @@ from training.evaluation.inputs import encode_in_process, read_encodings, retrie
 from training.evaluation.metrics import retrieval_metrics
 from training.evaluation.scoring import all_lens_text_slots, score_lens_slots
 from training.evaluation.types import EncodedSplit, SplitLabels
-from training.evaluation.zero_shot import global_mode_scores, zero_shot_systems
+from training.evaluation.zero_shot import global_mode_scores, image_globals_without_prompts, zero_shot_systems
 
 log = logging.getLogger(__name__)
 
@@ -170,22 +170,12 @@ def artemis_results(cfg: EvalConfig, source: dict) -> dict[str, Any]:
 
 @torch.no_grad()
 def _image_globals_without_prompts(bundle, image_paths: list[str], batch_size: int = 8) -> torch.Tensor:
-    from training.loop.data import load_image
     from training.loop.inputs import Collator
 
     retriever, processor, data_cfg = bundle
     retriever.eval()
     collator = Collator(processor, data_cfg, lens_mode=True)
-    dev, out = next(retriever.parameters()).device, []
-    for i in range(0, len(image_paths), batch_size):
-        pils = [load_image(p, data_cfg.image_size) for p in image_paths[i : i + batch_size]]
-        b = collator.images(pils, [[] for _ in pils])
-        e = retriever.encode_images(
-            b["img_input_ids"].to(dev), b["img_attention_mask"].to(dev), b["pixel_values"].to(dev),
-            b["image_sizes"].to(dev), b["img_slot_lens"].to(dev),
-        )  # fmt: skip
-        out.append(e.global_.cpu())
-    return torch.cat(out)
+    return image_globals_without_prompts(retriever, collator, data_cfg, image_paths, batch_size)
 
 
 def global_without_prompts(

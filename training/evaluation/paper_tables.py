@@ -8,8 +8,10 @@ Reads only the results dict of `training.evaluation.run`; the generic per-protoc
 
 from __future__ import annotations
 
-import math
 from typing import Any
+
+from training.evaluation.markdown import fmt as _fmt
+from training.evaluation.markdown import table as _table
 
 LENS_COLS = (("Literal", "literal"), ("Figurative", "figurative"), ("Abstract", "abstract"),
              ("Background", "background"), ("Emotional", "emotional"), ("All", "all"))  # fmt: skip
@@ -26,17 +28,6 @@ NO_ADAPTER = {
 TABLE2_ZERO_SHOT = ("BLIP-2", "CLIP", "CoCa", "OpenCLIP", "Jina-v4", "BGE-VL-Large", "BGE-VL-MLLM")
 TABLE5_ZERO_SHOT = ("BLIP-2", "BGE-VL-Large", "CLIP", "CoCa", "Jina-v4", "Onepiece", "OpenCLIP", "SigLIP-2")
 TABLE5_FINE_TUNED = ("BGE-VL-MLLM (fine-tuned)", "Lenses - All", "Lenses - Literal", "Lenses - Emotional")
-
-
-def _fmt(value: Any, digits: int = 2) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return f"{value:.{digits}f}"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
 
 
 def _row(label: str, metrics: dict | None, keys: list[str], note: str, digits: int = 2) -> list[str]:

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from training.evaluation.markdown import fmt as _fmt
+from training.evaluation.markdown import table as _table
 from training.evaluation.metrics import LENS_KEYS
 from training.evaluation.paper_tables import paper_tables_markdown
 
@@ -24,18 +26,6 @@ PROTOCOL_TITLES = {
     "lens_gallery": "full score, gallery of lens-c captions",
     "full_gallery": "full score, full gallery (supp. per-category R@K)",
 }
-
-
-def _fmt(value: Any, digits: int = 2) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return f"{value:.{digits}f}"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def table2_markdown(systems: dict[str, dict[str, float]], ks: tuple[int, ...] = (1, 5)) -> str:

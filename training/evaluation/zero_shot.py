@@ -31,27 +31,37 @@ def global_mode_scores(
 ) -> np.ndarray:
     """Cosine of global embeddings from the global-only input strings (no prompts, no lens tags)."""
     from training.baselines.global_only import global_scores
-    from training.loop.data import load_image
     from training.loop.inputs import Collator
 
     retriever.eval()
     collator = Collator(processor, data_cfg, lens_mode=False)
     dev, bs = next(retriever.parameters()).device, batch_size
-    img = []
-    for i in range(0, len(image_paths), bs):
-        pils = [load_image(p, data_cfg.image_size) for p in image_paths[i : i + bs]]
-        b = collator.images(pils, [[] for _ in pils])
-        e = retriever.encode_images(
-            b["img_input_ids"].to(dev), b["img_attention_mask"].to(dev), b["pixel_values"].to(dev),
-            b["image_sizes"].to(dev), b["img_slot_lens"].to(dev),
-        )  # fmt: skip
-        img.append(e.global_.cpu())
+    img = image_globals_without_prompts(retriever, collator, data_cfg, image_paths, bs)
     txt = []
     for i in range(0, len(texts), 4 * bs):
         t = collator.captions(list(texts[i : i + 4 * bs]))
         e = retriever.encode_captions(t["txt_input_ids"].to(dev), t["txt_attention_mask"].to(dev))
         txt.append(e.global_.cpu())
-    return global_scores(torch.cat(img), torch.cat(txt))
+    return global_scores(img, torch.cat(txt))
+
+
+@torch.no_grad()
+def image_globals_without_prompts(
+    retriever, collator, data_cfg, image_paths: Sequence[str], batch_size: int = 8
+) -> torch.Tensor:
+    """Global image embeddings of images given no prompts, [N, D] on the CPU."""
+    from training.loop.data import load_image
+
+    dev, out = next(retriever.parameters()).device, []
+    for i in range(0, len(image_paths), batch_size):
+        pils = [load_image(p, data_cfg.image_size) for p in image_paths[i : i + batch_size]]
+        b = collator.images(pils, [[] for _ in pils])
+        e = retriever.encode_images(
+            b["img_input_ids"].to(dev), b["img_attention_mask"].to(dev), b["pixel_values"].to(dev),
+            b["image_sizes"].to(dev), b["img_slot_lens"].to(dev),
+        )  # fmt: skip
+        out.append(e.global_.cpu())
+    return torch.cat(out)
 
 
 def bge_vl_mllm_scores(
