@@ -20,6 +20,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     HF_HUB_OFFLINE=1 \
     TRANSFORMERS_OFFLINE=1 \
     PREFECT_SERVER_ANALYTICS_ENABLED=false \
+    ARROW_DEFAULT_MEMORY_POOL=jemalloc \
     LENSES_HOME=/app
 RUN apt-get update && apt-get install -y --no-install-recommends libgl1 libglib2.0-0 \
     && rm -rf /var/lib/apt/lists/*

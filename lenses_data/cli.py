@@ -42,9 +42,16 @@ SAFE_PREFECT_DEFAULTS: dict[str, str] = {
 }
 
 
+# Arrow's allocator, chosen by the process entry point (never by library code) before pyarrow is
+# imported: jemalloc hands freed pages back to the OS where mimalloc (pyarrow's default) keeps them.
+# A 100k export in a fresh process peaked at 751 MiB with mimalloc and 575 MiB with jemalloc, the
+# same outputs. A pyarrow built without jemalloc warns once and keeps its default.
+ARROW_DEFAULTS: dict[str, str] = {"ARROW_DEFAULT_MEMORY_POOL": "jemalloc"}
+
+
 def apply_safe_prefect_defaults(environ: dict[str, str] | None = None) -> None:
     target = os.environ if environ is None else environ
-    for name, value in SAFE_PREFECT_DEFAULTS.items():
+    for name, value in {**SAFE_PREFECT_DEFAULTS, **ARROW_DEFAULTS}.items():
         target.setdefault(name, value)
 
 

@@ -360,20 +360,6 @@ def give_back_memory() -> None:
         pass
 
 
-def use_jemalloc() -> None:
-    """Make jemalloc Arrow's default pool from here on (export is the coordinator's last stage).
-    Export's Arrow allocations are large and short-lived, and jemalloc hands freed pages back to
-    the OS where mimalloc (pyarrow's default) keeps them: a 100k export in a fresh process peaked
-    at 751 MiB with mimalloc and 575 MiB with jemalloc, the same outputs. Buffers already made
-    keep the pool they came from; a pyarrow built without jemalloc keeps its default."""
-    if pa.default_memory_pool().backend_name == "jemalloc":
-        return
-    try:
-        pa.set_memory_pool(pa.jemalloc_memory_pool())
-    except NotImplementedError:
-        pass
-
-
 def export_dataset(run: str | Path, out: str | Path, config: Any = None) -> dict[str, Any]:
     """Write the dataset folder `out` from a finished run; returns the manifest as a dict."""
     from lenses_data.card import write_card
@@ -381,7 +367,6 @@ def export_dataset(run: str | Path, out: str | Path, config: Any = None) -> dict
 
     run, out = Path(run), Path(out)
     give_back_memory()
-    use_jemalloc()
     captions, prompts, texts = read_final_texts(run)  # texts: distinct image_id, model, simulated
     images, empty = final_images(run, texts)
     text_models, texts_simulated = texts[["model"]], bool(texts["simulated"].any())

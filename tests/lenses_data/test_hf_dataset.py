@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 import yaml
 
@@ -291,3 +292,11 @@ def test_duckdb_reads_the_flat_tables_with_lens_names(export: Path, monkeypatch)
     counts = pd.read_parquet(export / "captions.parquet")["lens"].value_counts()
     assert dict(rows) == {lens: int(n) for lens, n in counts.items() if n}
     assert set(dict(rows)) == set(LENS_NAMES)
+
+
+def test_export_leaves_the_process_arrow_allocator_alone(sample_pool: Path, tmp_path: Path):
+    """Library code sets no process-wide state: the allocator is the entry point's choice (cli.py)."""
+    run = build_run(sample_pool, tmp_path)
+    before = pa.default_memory_pool().backend_name
+    export_dataset(run, tmp_path / "export", config_from_dict({}, environ={}))
+    assert pa.default_memory_pool().backend_name == before
