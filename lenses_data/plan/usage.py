@@ -1,0 +1,120 @@
+"""What a run measured: per model stage, the journals' requests and token usage, and the funnel
+(candidates -> images the filter saw -> selected -> test) from the stage markers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lenses_data import io
+from lenses_data.models.journal import read_run_journal
+from lenses_data.plan.schemas import Funnel, PlanError, StageStats
+
+STAGE_ROLE = {
+    "filter": "filter",
+    "generate": "generator",
+    "validate": "validator",
+    "visual_validate": "visual_validator",
+}
+TEMPLATES = {
+    "filter": "filter",
+    "generate:prompt": "image_side_prompts",
+    "generate:caption": "captions",
+    "validate": "text_validation",
+    "visual_validate": "visual_validation",
+}
+SIMULATED_PREFIX = "simulated/"
+# Main paper, Table 1 and Sec. 3.1: ~10% of ~1M candidates pass the filter -> 105,669 images,
+# split 99,069 / 1,100 / 5,500, with 732,405 captions.
+PAPER = {"candidates": 1_000_000, "images": 105_669, "test_images": 5_500, "captions": 732_405}
+
+
+def _template_words(name: str) -> int:
+    from lenses_data.prompts import get_template
+
+    return len(get_template(name).text.split())
+
+
+def _entry_stage(key: str) -> tuple[str, str]:
+    parts = key.split(":")
+    return parts[0], (parts[2] if len(parts) > 2 else "")
+
+
+def read_stage_stats(run: str | Path) -> dict[str, StageStats]:
+    """Per model stage: requests, failures, prompt/completion usage and the static prefix's words."""
+    stats: dict[str, StageStats] = {}
+    words: dict[str, int] = {}
+    for entry in read_run_journal(run):
+        stage, kind = _entry_stage(entry.key)
+        if stage not in STAGE_ROLE:
+            continue
+        model = entry.model.removeprefix(SIMULATED_PREFIX)
+        s = stats.setdefault(stage, StageStats(stage=stage, role=STAGE_ROLE[stage], model=model))
+        template = TEMPLATES.get(f"{stage}:{kind}", TEMPLATES.get(stage))
+        if template not in words:
+            words[template] = _template_words(template)
+        s.requests += 1
+        s.failed += entry.status != "ok"
+        s.simulated += bool(entry.simulated)
+        s.prompt += int(entry.usage.get("prompt_tokens", 0))
+        s.completion += int(entry.usage.get("completion_tokens", 0))
+        s.prefix_words += words[template]
+        if stage == "generate" and entry.key.count(":") >= 3:
+            s.answers_per_image = max(s.answers_per_image, int(entry.key.split(":")[3]) + 1)
+    return stats
+
+
+def _stat(marker: dict[str, Any] | None, *names: str) -> float | None:
+    values = (marker or {}).get("stats", {})
+    for name in names:
+        if isinstance(values.get(name), int | float):
+            return float(values[name])
+    return None
+
+
+def run_funnel(run: str | Path, answers_per_image: int = 1) -> Funnel:
+    """Candidates and the images each model stage saw, from the run's success markers."""
+    ingest, dedupe = io.read_marker(run, "ingest"), io.read_marker(run, "dedupe")
+    filt, split = io.read_marker(run, "filter"), io.read_marker(run, "split")
+    if filt is None:
+        raise PlanError(f"{run}: no finished filter stage (filter/{io.SUCCESS_MARKER}); nothing to plan from")
+    filter_images = _stat(filt, "records_in", "decided") or 0.0
+    candidates = _stat(ingest, "accepted") or _stat(dedupe, "images_in") or filter_images
+    selected = _stat(split, "images") or _stat(filt, "records_out", "passed") or 0.0
+    test = float(((split or {}).get("stats", {}).get("counts") or {}).get("test", 0))
+    if not candidates:
+        raise PlanError(f"{run}: the filter saw no images")
+    return Funnel(
+        candidates=candidates,
+        filter_images=filter_images,
+        selected_images=selected,
+        test_images=test,
+        answers_per_image=answers_per_image,
+    )
+
+
+def target_funnel(run_f: Funnel, candidates: float, yields: str, answers_per_image: int) -> Funnel:
+    """The funnel of a build of `candidates`: the run's yields scaled, or the paper's (Table 1)."""
+    if yields == "run":
+        k = candidates / run_f.candidates
+        return Funnel(
+            candidates=candidates,
+            filter_images=run_f.filter_images * k,
+            selected_images=run_f.selected_images * k,
+            test_images=run_f.test_images * k,
+            answers_per_image=answers_per_image,
+            source="run",
+        )
+    if yields == "paper":
+        # Every candidate reaches the filter (the paper filtered before dedupe; dedupe first only
+        # removes work), and the paper's shares pass it and land in test.
+        selected = candidates * PAPER["images"] / PAPER["candidates"]
+        return Funnel(
+            candidates=candidates,
+            filter_images=candidates,
+            selected_images=selected,
+            test_images=selected * PAPER["test_images"] / PAPER["images"],
+            answers_per_image=answers_per_image,
+            source="paper Table 1",
+        )
+    raise PlanError(f"unknown yields {yields!r}; expected run or paper")
