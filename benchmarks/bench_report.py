@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from lenses_data import card, io
+from lenses_data import card_counts, io
 from lenses_data.report import write_report
 from lenses_data.sample import build_sample_pool
 from lenses_data.schemas import LENS_NAMES, Rejection
@@ -149,7 +149,7 @@ def _counts_and_manifest(run: Path, images: pd.DataFrame, captions: pa.Table, pr
     export = run / "export"
     light = [t.select(["image_id", "split", "lens"]).to_pandas() for t in (captions, prompts)]
     rejections = pd.read_parquet(export / "rejections.parquet", columns=["stage", "reason", "record_id"])
-    card.write_counts(export, card.count_tables(run, images, *light, rejections))
+    card_counts.write_counts(export, card_counts.count_tables(run, images, *light, rejections))
     tables = {"captions.parquet": len(captions), "prompts.parquet": len(prompts)}
     manifest = {"created_at": "synthetic", "simulated": True, "tables": tables}
     (export / "manifest.json").write_text(json.dumps(manifest))

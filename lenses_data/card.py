@@ -8,25 +8,23 @@ rejected for it), caption diversity, and provenance (models, prompt hashes). Num
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from lenses_data import io, rules
-from lenses_data.phrase_bank import default_phrase_bank
+from lenses_data import io
+from lenses_data.card_counts import count_tables, write_counts
+from lenses_data.card_plots import plot_figures
+from lenses_data.card_texts import diversity, flag_table, idiom_tables, idiom_target_line
 from lenses_data.schemas import LENS_NAMES, SPLIT_NAMES
 
-FIGURES = "figures"
 # Said as loudly by the card and by the build report (lenses_data.report).
 SIMULATED_NOTE = (
     "Model answers in this export came from the built-in simulator, not from InternVL3.5-38B or "
     "Qwen2.5-32B-Instruct. Use it to check the pipeline, never to train or evaluate."
 )
-DIVERSITY_SAMPLE = 2000  # images used for the within-image similarity (pairwise, so bounded)
 
 
 def _md_table(frame: pd.DataFrame) -> str:
@@ -44,176 +42,6 @@ def _cell(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
-def split_lens_table(images: pd.DataFrame, texts: pd.DataFrame, noun: str) -> pd.DataFrame:
-    """Table 1 of the paper: per split, images, texts, and texts per lens; a Total row."""
-    rows = []
-    for split in [*SPLIT_NAMES, "Total"]:
-        imgs = images if split == "Total" else images[images["split"] == split]
-        part = texts if split == "Total" else texts[texts["split"] == split]
-        lens_counts = part["lens"].astype(str).value_counts()
-        row = {"Split": split.capitalize(), "# Images": len(imgs), f"# {noun}": len(part)}
-        row.update({lens: int(lens_counts.get(lens, 0)) for lens in LENS_NAMES})
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def plot_figures(out: Path, images: pd.DataFrame, captions: pd.DataFrame, prompts: pd.DataFrame) -> list[str]:
-    """Figure 3 of the paper as three PNGs; returns their paths relative to `out`."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    folder = out / FIGURES
-    folder.mkdir(parents=True, exist_ok=True)
-    written = []
-    fig, ax = plt.subplots(figsize=(5, 3.2))
-    counts = captions["lens"].astype(str).value_counts()
-    ax.bar(LENS_NAMES, [int(counts.get(n, 0)) for n in LENS_NAMES], color="#4C72B0")
-    ax.set_title("Captions per lens")
-    ax.set_ylabel("captions")
-    ax.tick_params(axis="x", labelrotation=20)
-    written.append(_save(fig, folder / "lens_distribution.png", plt))
-    for name, texts in (("captions", captions), ("prompts", prompts)):
-        per_image = texts.groupby("image_id").size().reindex(images["image_id"], fill_value=0)
-        fig, ax = plt.subplots(figsize=(5, 3.2))
-        top = int(per_image.max()) if len(per_image) else 1
-        ax.hist(per_image, bins=range(0, top + 2), align="left", color="#55A868", rwidth=0.85)
-        ax.set_title(f"{name.capitalize()} per image")
-        ax.set_xlabel(f"{name} per image")
-        ax.set_ylabel("images")
-        written.append(_save(fig, folder / f"{name}_per_image.png", plt))
-    return [str(Path(FIGURES) / Path(p).name) for p in written]
-
-
-def _save(fig: Any, path: Path, plt: Any) -> str:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return str(path)
-
-
-def _count(
-    run: Path, stage: str, column: str | None = None, extra: tuple[str, ...] = ()
-) -> pd.DataFrame | None:
-    """The stage's `column` (plus `extra`) over all its shards, or None when it has no such column.
-    Only those columns are read: the funnel counts rows, and the text stages hold ~15 texts per image."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        paths = io.stage_shards(run, stage, require_complete=False)
-        if column is None:
-            return pd.DataFrame(index=range(sum(pq.read_metadata(path).num_rows for path in paths)))
-        wanted = [column, *extra]
-        if not paths or any(not set(wanted) <= set(pq.read_schema(path).names) for path in paths):
-            return None
-        return pa.concat_tables([pq.read_table(path, columns=wanted) for path in paths]).to_pandas()
-    except (FileNotFoundError, ValueError):
-        return None
-
-
-def funnel(run: Path, images: pd.DataFrame, captions: pd.DataFrame, prompts: pd.DataFrame) -> pd.DataFrame:
-    """From candidate images to final texts, stage by stage."""
-    rows: list[dict[str, Any]] = []
-    ingest = _count(run, "ingest")
-    if ingest is not None:
-        rows.append({"Step": "ingest: decoded candidate images", "Images": len(ingest)})
-    dedupe = _count(run, "dedupe", "kept")
-    if dedupe is not None:
-        rows.append({"Step": "dedupe: one per near-duplicate group", "Images": int(dedupe["kept"].sum())})
-    decisions = _count(run, "filter", "passed")
-    if decisions is not None:
-        rows.append({"Step": "filter: decided (Listing 1)", "Images": len(decisions)})
-        rows.append({"Step": "filter: passed (YES)", "Images": int(decisions["passed"].sum())})
-    split = _count(run, "split")
-    if split is not None:
-        rows.append({"Step": "split: assigned", "Images": len(split)})
-    for stage, label in (
-        ("generate", "generated"),
-        ("rules", "rule checks passed"),
-        ("validate", "text-validated"),
-        ("visual_validate", "after visual validation (test)"),
-    ):
-        texts = _count(run, stage, "kind", ("image_id",))
-        if texts is not None:
-            kinds = texts["kind"].value_counts()
-            rows.append(
-                {
-                    "Step": f"{stage}: {label}",
-                    "Images": texts["image_id"].nunique(),
-                    "Prompts": int(kinds.get("prompt", 0)),
-                    "Captions": int(kinds.get("caption", 0)),
-                }
-            )
-    rows.append(
-        {
-            "Step": "export: final dataset",
-            "Images": len(images),
-            "Prompts": len(prompts),
-            "Captions": len(captions),
-        }
-    )
-    table = pd.DataFrame(rows, columns=["Step", "Images", "Prompts", "Captions"]).astype(object)
-    return table.where(table.notna(), "")
-
-
-def rejection_table(rejections: pd.DataFrame) -> pd.DataFrame:
-    if rejections.empty:
-        return pd.DataFrame({"Stage": [], "Reason": [], "Rows": [], "Records": []})
-    grouped = rejections.groupby(["stage", "reason"]).agg(
-        Rows=("record_id", "size"), Records=("record_id", "nunique")
-    )
-    table = grouped.reset_index().rename(columns={"stage": "Stage", "reason": "Reason"})
-    return table.sort_values(["Stage", "Rows"], ascending=[True, False]).reset_index(drop=True)
-
-
-def idiom_tables(captions: pd.DataFrame, prompts: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Share of texts with a phrase-bank idiom per lens; idiom uses per family and lens."""
-    bank = default_phrase_bank()
-    shares, families = [], Counter()
-    for lens in LENS_NAMES:
-        row: dict[str, Any] = {"Lens": lens}
-        for noun, texts in (("captions", captions), ("prompts", prompts)):
-            part = texts[texts["lens"].astype(str) == lens]
-            idiomatic = int(sum(len(v) > 0 for v in part["idioms"]))
-            row[f"Idiomatic {noun}"] = f"{idiomatic}/{len(part)}"
-            for idioms in part["idioms"]:
-                families.update((bank.family_of(i), lens) for i in idioms)
-        shares.append(row)
-    names = [name for name, _, _ in bank.families] + [bank.add_ons_name]
-    family_rows = [{"Family": f, **{lens: families.get((f, lens), 0) for lens in LENS_NAMES}} for f in names]
-    return pd.DataFrame(shares), pd.DataFrame(family_rows)
-
-
-def idiom_target_line(captions: pd.DataFrame, prompts: pd.DataFrame, share: float = 0.4) -> str:
-    """How many images reach the per-image idiom target (Listing 2: 40 percent, rounded up)."""
-    parts = []
-    for noun, texts in (("captions", captions), ("prompts", prompts)):
-        if texts.empty:
-            continue
-        per_image = texts.assign(_idiomatic=[len(v) > 0 for v in texts["idioms"]]).groupby("image_id")[
-            "_idiomatic"
-        ]
-        met = sum(int(g.sum()) >= rules.idiom_target(len(g), share) for _, g in per_image)
-        parts.append(f"{met:,} of {per_image.ngroups:,} images by {noun}")
-    return f"Images with at least {share:.0%} idiomatic texts (rounded up): " + "; ".join(parts) + "."
-
-
-def flag_table(captions: pd.DataFrame, prompts: pd.DataFrame) -> pd.DataFrame:
-    """Kept texts per kind, flag code and lens that break a rule which did not reject them."""
-    rows = []
-    for noun, texts in (("Captions", captions), ("Prompts", prompts)):
-        if texts.empty or "flags" not in texts.columns:
-            continue
-        exploded = texts.assign(flag=texts["flags"].map(list)).explode("flag").dropna(subset=["flag"])
-        for code, group in exploded.groupby("flag"):
-            lens_counts = group["lens"].astype(str).value_counts()
-            row = {"Texts": noun, "Flag": code, **{n: int(lens_counts.get(n, 0)) for n in LENS_NAMES}}
-            rows.append({**row, "Total": f"{len(group):,}/{len(texts):,}"})
-    return pd.DataFrame(rows, columns=["Texts", "Flag", *LENS_NAMES, "Total"])
-
-
 def _flags_section(captions: pd.DataFrame, prompts: pd.DataFrame, manifest: dict[str, Any]) -> list[str]:
     mode = manifest.get("config", {}).get("annotate", {}).get("idiom_rules", "flag")
     note = (
@@ -222,44 +50,6 @@ def _flags_section(captions: pd.DataFrame, prompts: pd.DataFrame, manifest: dict
     )
     table = flag_table(captions, prompts)
     return _section("Rule flags on kept texts", note, _md_table(table) if len(table) else "No flags.")
-
-
-def _caption_table(captions: pd.DataFrame | pa.Table) -> pa.Table:
-    if isinstance(captions, pa.Table):
-        return captions.select(["image_id", "text"])
-    return pa.Table.from_pandas(captions[["image_id", "text"]], preserve_index=False)
-
-
-def diversity(captions: pd.DataFrame | pa.Table) -> pd.DataFrame:
-    """Lexical diversity of captions: length, vocabulary, distinct-n, within-image similarity."""
-    # One caption at a time, from Arrow batches: only the distinct words and n-grams are kept, never
-    # every caption's token list nor every text as a Python object (at 100k candidates either was
-    # the export's memory peak).
-    table = _caption_table(captions)
-    count, words, vocabulary = 0, 0, set()
-    distinct: dict[int, set] = {1: set(), 2: set()}
-    grams = dict.fromkeys(distinct, 0)
-    for batch in table.select(["text"]).to_batches(max_chunksize=4096):
-        for text in batch.column(0).to_pylist():
-            tokens = [w.lower() for w in rules.words(text)]
-            count, words = count + 1, words + len(tokens)
-            vocabulary.update(tokens)
-            for n, seen in distinct.items():
-                seen.update(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
-                grams[n] += max(0, len(tokens) - n + 1)
-    stats: dict[str, Any] = {"Captions": count}
-    stats["Mean words"] = float(words / count) if count else float("nan")
-    stats["Vocabulary"] = len(vocabulary)
-    for n, seen in distinct.items():
-        stats[f"Distinct-{n}"] = len(seen) / grams[n] if grams[n] else float("nan")
-    sims = []
-    sample = sorted(pc.unique(table["image_id"]).to_pylist())[:DIVERSITY_SAMPLE]
-    chosen = table.filter(pc.is_in(table["image_id"], value_set=pa.array(sample, pa.string())))
-    for _, group in chosen.to_pandas().groupby("image_id")["text"]:
-        items = list(group)
-        sims += [rules.ngram_similarity(a, b) for i, a in enumerate(items) for b in items[i + 1 :]]
-    stats["Mean within-image overlap"] = float(sum(sims) / len(sims)) if sims else float("nan")
-    return pd.DataFrame([stats])
 
 
 def _idiom_share(manifest: dict[str, Any]) -> float:
@@ -358,43 +148,6 @@ def _licences(licences: pd.DataFrame | None) -> list[str]:
         return []
     note = "Licences the sources gave for the exported images (the card's `license` field summarises them):"
     return _section("Licences", note, _md_table(licences))
-
-
-# The card's count tables as JSON next to it: the build report (lenses_data.report) shows these same
-# numbers without recounting the run (recounting reads every text of four stages).
-COUNTS_FILE = "card_counts.json"
-
-
-def count_tables(
-    run: Path, images: pd.DataFrame, captions: pd.DataFrame, prompts: pd.DataFrame, rejections: pd.DataFrame
-) -> dict[str, pd.DataFrame]:
-    """Table 1 for captions and prompts, the funnel, and rejections by stage and reason."""
-    return {
-        "captions": split_lens_table(images, captions, "Captions"),
-        "prompts": split_lens_table(images, prompts, "Prompts"),
-        "funnel": funnel(run, images, captions, prompts),
-        "rejections": rejection_table(rejections),
-    }
-
-
-def write_counts(out: Path, tables: dict[str, pd.DataFrame]) -> Path:
-    import json
-
-    # to_json: numpy integers become JSON numbers (json.dumps refuses them)
-    payload = {name: json.loads(t.to_json(orient="split", index=False)) for name, t in tables.items()}
-    io.atomic_write_json(out / COUNTS_FILE, payload)
-    return out / COUNTS_FILE
-
-
-def read_counts(out: Path) -> dict[str, pd.DataFrame] | None:
-    """The tables `write_counts` saved, or None for an export written before they were saved."""
-    import json
-
-    path = out / COUNTS_FILE
-    if not path.exists():
-        return None
-    payload = json.loads(path.read_text())
-    return {name: pd.DataFrame(t["data"], columns=t["columns"]) for name, t in payload.items()}
 
 
 def write_card(

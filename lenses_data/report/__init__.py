@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from lenses_data import card, io
+from lenses_data import card, card_counts, io
 from lenses_data.report import page, select
 from lenses_data.report.thumbs import make_thumbnails
 
@@ -27,7 +27,7 @@ INDEX = "index.html"
 def _counts(run: Path, export: Path) -> dict[str, pd.DataFrame]:
     """The card's tables as the export saved them; an older export: the card's functions on the
     columns they need."""
-    saved = card.read_counts(export)
+    saved = card_counts.read_counts(export)
     if saved is not None:
         return saved
     images = pd.read_parquet(export / "images.parquet", columns=["image_id", "split"])
@@ -36,7 +36,7 @@ def _counts(run: Path, export: Path) -> dict[str, pd.DataFrame]:
         for f in ("captions.parquet", "prompts.parquet")
     ]
     rejections = pd.read_parquet(export / "rejections.parquet", columns=["stage", "reason", "record_id"])
-    return card.count_tables(run, images, *texts, rejections)
+    return card_counts.count_tables(run, images, *texts, rejections)
 
 
 def _gallery(export: Path, n: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame, int]:

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
 
-from lenses_data import card, io
+from lenses_data import card_counts, io
 from lenses_data.report import select, write_report
 from lenses_data.schemas import LENS_NAMES, Rejection
 from lenses_data.stages.export import ExportImage, ExportText, typed_parquet
@@ -140,12 +140,12 @@ def test_counts_are_the_cards_and_an_older_export_gets_them_from_the_card_functi
     assert 'class="banner"' not in page
     images = pd.read_parquet(export / "images.parquet")
     captions = pd.read_parquet(export / "captions.parquet")
-    table = card.split_lens_table(images, captions, "Captions")
+    table = card_counts.split_lens_table(images, captions, "Captions")
     total = table.set_index("Split").loc["Total"]
     row = "".join(f"<td>{int(v):,}</td>" for v in total.tolist())
     assert f"<td>Total</td>{row}" in page
     # a saved card_counts.json is what the page shows: change it and the page follows
-    saved = card.count_tables(
+    saved = card_counts.count_tables(
         run,
         images,
         captions,
@@ -153,7 +153,7 @@ def test_counts_are_the_cards_and_an_older_export_gets_them_from_the_card_functi
         pd.read_parquet(export / "rejections.parquet"),
     )
     saved["captions"].loc[3, "# Captions"] = 987654
-    card.write_counts(export, saved)
+    card_counts.write_counts(export, saved)
     assert "<td>987,654</td>" in Path(write_report(run, n=5)["index"]).read_text()
 
 

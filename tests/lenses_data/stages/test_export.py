@@ -8,7 +8,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from lenses_data import card, card_meta, io
+from lenses_data import card, card_counts, card_meta, card_texts, io
 from lenses_data.config.export import ExportConfig
 from lenses_data.schemas import LENS_NAMES, LensText, Rejection, arrow_schema
 from lenses_data.stages.export import ExportImage, ExportText, card_frame, final_texts, typed_parquet
@@ -46,20 +46,20 @@ def test_typed_parquet_gives_categoricals_in_contract_order(tmp_path):
 
 def test_card_tables():
     images = pd.DataFrame({"image_id": ["a", "b"], "split": ["train", "test"]})
-    table = card.split_lens_table(images, _texts(), "Captions").set_index("Split")
+    table = card_counts.split_lens_table(images, _texts(), "Captions").set_index("Split")
     assert table.loc["Total", "# Captions"] == 3 and table.loc["Train", "Figurative"] == 1
     assert table.loc["Test", "# Images"] == 1 and table.loc["Valid", "# Captions"] == 0
-    shares, families = card.idiom_tables(_texts(), _texts().iloc[0:0])
+    shares, families = card_texts.idiom_tables(_texts(), _texts().iloc[0:0])
     assert shares.set_index("Lens").loc["Figurative", "Idiomatic captions"] == "1/1"
     assert families.set_index("Family").loc["Fragility, Risk & Volatility", "Figurative"] == 1
     # image a: 1 of 2 idiomatic >= ceil(0.4 * 2) = 1; image b: 0 of 1 < 1
-    assert "1 of 2 images by captions" in card.idiom_target_line(_texts(), _texts().iloc[0:0])
+    assert "1 of 2 images by captions" in card_texts.idiom_target_line(_texts(), _texts().iloc[0:0])
     rejections = pd.DataFrame(
         {"stage": ["rules", "rules", "rules"], "reason": ["x", "x", "y"], "record_id": ["t9", "t9", "t8"]}
     )
-    reasons = card.rejection_table(rejections).set_index("Reason")
+    reasons = card_counts.rejection_table(rejections).set_index("Reason")
     assert reasons.loc["x", "Rows"] == 2 and reasons.loc["x", "Records"] == 1
-    stats = card.diversity(_texts()).iloc[0]
+    stats = card_texts.diversity(_texts()).iloc[0]
     assert stats["Captions"] == 3 and 0 < stats["Distinct-1"] <= 1
 
 
@@ -186,7 +186,7 @@ def test_arrow_export_tables_equal_the_pandas_ones(tmp_path, kind):
     light = card_frame(arrow)
     for column in ("image_id", "lens", "split", "model", "idioms", "flags"):
         assert light[column].tolist() == reference[column].tolist(), column
-    pd.testing.assert_frame_equal(card.diversity(arrow), card.diversity(reference))
+    pd.testing.assert_frame_equal(card_texts.diversity(arrow), card_texts.diversity(reference))
 
 
 def test_arrow_hf_table_refuses_unknown_values():
