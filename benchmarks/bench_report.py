@@ -34,7 +34,7 @@ from lenses_data import card_counts, io
 from lenses_data.report import write_report
 from lenses_data.sample import build_sample_pool
 from lenses_data.schemas import LENS_NAMES, Rejection
-from lenses_data.stages.export import ROW_GROUP_ROWS, ExportImage, ExportText, typed_parquet
+from lenses_data.stages.export_tables import ROW_GROUP_ROWS, ExportImage, ExportText, typed_parquet
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

@@ -164,7 +164,7 @@ def write_card(
 ) -> Path:
     """Write out/README.md (front matter `metadata` for the Hub, when given) and out/figures/*.png.
 
-    `captions` and `prompts` need only the card's columns (`export.card_frame`) when the caption
+    `captions` and `prompts` need only the card's columns (`export_texts.card_frame`) when the caption
     texts come as Arrow in `caption_texts` (image_id, text); otherwise `captions` holds the texts."""
     from lenses_data.card_meta import front_matter
 

@@ -86,7 +86,7 @@ def _arrow_hf_table(table: pa.Table, model: type[BaseModel]) -> pa.Table:
     """`hf_table` of an Arrow table: the texts never become pandas objects."""
     import pyarrow.compute as pc
 
-    from lenses_data.stages.export import categorical_codes
+    from lenses_data.stages.export_tables import categorical_codes
 
     columns, fields = [], []
     for field in arrow_schema(model):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from lenses_data.stages.export import ExportImage, ExportText, typed_parquet
+from lenses_data.stages.export_tables import ExportImage, ExportText, typed_parquet
 
 LENSES = str(Path(sys.executable).parent / "lenses")
 PLANTED = "<script>window.__pwned = true</script>"

@@ -15,7 +15,7 @@ from PIL import Image
 from lenses_data import card_counts, io
 from lenses_data.report import select, write_report
 from lenses_data.schemas import LENS_NAMES, Rejection
-from lenses_data.stages.export import ExportImage, ExportText, typed_parquet
+from lenses_data.stages.export_tables import ExportImage, ExportText, typed_parquet
 
 PLANTED = "<script>window.__pwned = true</script>"
 PLANTED_ATTR = '"><img src=x onerror="window.__pwned=true">'
