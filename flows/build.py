@@ -18,6 +18,7 @@ from flows.reporting import publish_funnel
 from flows.runlogs import lenses_logs_to_run
 from flows.stages import run_stage_with_runner
 from lenses_data.config import PipelineConfig
+from lenses_data.settings_guard import check_run_settings
 from lenses_data.stages.registry import pipeline_order
 
 # Every registered stage (tests/flows/test_common.py checks): a typo is refused when the run is created.
@@ -50,6 +51,7 @@ def run_all_stages(config: PipelineConfig, stop_after: str | None = None) -> lis
     order = pipeline_order(config)
     if stop_after and stop_after not in order:
         raise ParameterError(f"stop_after={stop_after!r} is not a stage; stages: {', '.join(order)}")
+    check_run_settings(config.run_dir, config, order)  # before any work: no stage mixes old and new settings
     summaries = []
     try:
         for stage_name in order:

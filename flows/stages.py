@@ -22,8 +22,9 @@ from flows.failures import explain, mark_stage, retry_transient, run_explained
 from flows.reporting import in_flow_run, publish_stage_table, start_progress, update_progress
 from flows.runlogs import lenses_logs_to_run
 from lenses_data.config import PipelineConfig
+from lenses_data.settings_guard import check_run_settings, record_stage_settings
 from lenses_data.stages.base import ShardStats, log_simulated, summarize
-from lenses_data.stages.registry import build_stage, open_stage
+from lenses_data.stages.registry import build_stage, open_stage, pipeline_order
 
 
 @task(
@@ -109,6 +110,7 @@ def stage_shards_flow(stage_name: str, config: PipelineConfig, progress_id: str 
 
 def run_stage_with_runner(stage_name: str, config: PipelineConfig) -> dict[str, Any]:
     """Run one stage in its subflow; its table, banner and progress go on the calling flow run."""
+    record_stage_settings(config.run_dir, stage_name, config, pipeline_order(config))
     runner = make_task_runner(config)
     progress = start_progress(config.run_dir, stage_name)
     configured = stage_shards_flow.with_options(
@@ -141,6 +143,7 @@ def _stage_flow(stage_name: str):
         def body() -> dict[str, Any]:
             config = load_run_config(config_path, run_dir, overrides)
             with run_lock(config):
+                check_run_settings(config.run_dir, config, pipeline_order(config))
                 return run_stage_with_runner(stage_name, config)
 
         with lenses_logs_to_run():

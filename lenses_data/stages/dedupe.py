@@ -91,6 +91,8 @@ class DedupeStage:
     """Global stage: all images are compared with each other, so there is one shard (0)."""
 
     name = STAGE
+    # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.settings_guard).
+    output_settings = ("dedupe_before_filter", "dedupe")
     input_stage = "ingest"
     reads = tuple(COLUMNS)
     writes = tuple(DedupeRecord.model_fields)

@@ -163,6 +163,8 @@ class ExportStage:
     """Global stage: one "shard" 0 that writes RUN/export/ (the `lenses export` default)."""
 
     name = STAGE
+    # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.settings_guard).
+    output_settings = ("export",)
     input_stage = FINAL_STAGE
     reads = tuple(LensText.model_fields)
     writes = (

@@ -79,6 +79,13 @@ class FilterStage(ShardedStage):
     """Shard i of ingest -> shard i of filter; only dedupe survivors when dedupe runs first."""
 
     name = STAGE
+    # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.settings_guard).
+    output_settings = (
+        "dedupe_before_filter",
+        "models.filter.model",
+        "models.filter.sampling",
+        "prompt:filter",
+    )
     input_stage = "ingest"
     model = FilterDecision
     reads = ("image_id", "path")

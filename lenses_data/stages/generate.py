@@ -130,6 +130,17 @@ class GenerateStage(ShardedStage):
     """Shard i of filter (passed images that the split stage kept) -> shard i of generate."""
 
     name = STAGE
+    # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.settings_guard).
+    output_settings = (
+        "annotate.kinds",
+        "annotate.candidates_per_image",
+        "annotate.seed",
+        "annotate.max_items_per_answer",
+        "models.generator.model",
+        "models.generator.sampling",
+        "prompt:image_side_prompts",
+        "prompt:captions",
+    )
     input_stage = "filter"
     reads = ("image_id", "path", "split")
     writes = tuple(LensText.model_fields)

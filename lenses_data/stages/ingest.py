@@ -271,6 +271,18 @@ class IngestStage:
     """
 
     name = STAGE
+    # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.settings_guard).
+    output_settings = (
+        "shard_size",
+        "ingest.sources",
+        "ingest.min_side",
+        "ingest.max_aspect_ratio",
+        "ingest.max_pixels",
+        "ingest.max_file_bytes",
+        "ingest.max_download_bytes",
+        "ingest.allowed_formats",
+        "ingest.folder_skip_suffixes",
+    )
     input_stage = None
     reads = ("ingest.sources",)
     writes = tuple(CandidateImage.model_fields)

@@ -151,6 +151,8 @@ def summarize_report(report: pd.DataFrame) -> dict[str, Any]:
 
 class RulesStage(ShardedStage):
     name = STAGE
+    # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.settings_guard).
+    output_settings = ("annotate",)
     input_stage = "generate"
     reads = ("text_id", "image_id", "kind", "lens", "text", "focus")
     writes = tuple(LensText.model_fields)

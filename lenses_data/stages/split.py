@@ -90,6 +90,8 @@ def leakage_report(assignment: pd.DataFrame, pairs: pd.DataFrame) -> dict[str, A
 
 class SplitStage:
     name = STAGE
+    # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.settings_guard).
+    output_settings = ("dedupe_before_filter", "split")
     input_stage = "dedupe"
     reads = ("image_id", "group_id", "split_group_id", "kept")
     writes = tuple(SplitAssignment.model_fields)

@@ -221,6 +221,13 @@ def process_shard(df: pd.DataFrame, client: Any, config: Any = None) -> tuple[pd
 
 class ValidateStage(ShardedStage):
     name = STAGE
+    # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.settings_guard).
+    output_settings = (
+        "annotate",
+        "models.validator.model",
+        "models.validator.sampling",
+        "prompt:text_validation",
+    )
     input_stage = "rules"
     reads = ("text_id", "image_id", "kind", "lens", "text", "focus", "original_text")
     writes = tuple(LensText.model_fields)

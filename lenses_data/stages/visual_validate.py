@@ -56,6 +56,13 @@ def process_shard(
 
 class VisualValidateStage(ShardedStage):
     name = STAGE
+    # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.settings_guard).
+    output_settings = (
+        "annotate",
+        "models.visual_validator.model",
+        "models.visual_validator.sampling",
+        "prompt:visual_validation",
+    )
     input_stage = "validate"
     reads = ("text_id", "image_id", "kind", "lens", "text", "focus", "split", "original_text")
     writes = tuple(LensText.model_fields)
