@@ -7,6 +7,7 @@ the same settings, and as a run directory from before the guard (no settings rec
 
 from __future__ import annotations
 
+import argparse
 import logging
 import shutil
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 
 from flows.build import build_dataset
 from lenses_data import io
+from lenses_data.commands import run as run_command
 from lenses_data.prompts import get_template
 from lenses_data.resources import ENV_VAR, resource_dir
 from lenses_data.settings_guard import SETTINGS_FILE, SettingsChanged
@@ -118,3 +120,15 @@ def test_a_run_directory_from_before_the_guard_resumes_with_one_warning(run_copy
     assert all(s["shards_skipped"] == s["shards"] for s in stages if s["stage"] in ("ingest", "filter"))
     for stage in STAGES:  # adopted: the next rerun is checked
         assert (io.stage_dir(run_copy, stage) / SETTINGS_FILE).exists()
+
+
+def test_lenses_run_exits_2_with_one_line_naming_the_stage(run_copy, capsys, monkeypatch):
+    monkeypatch.setenv("LENSES__SPLIT__SEED", "other")
+    args = argparse.Namespace(
+        config=SAMPLE_CONFIG, run_dir=str(run_copy), sample=True, simulate=True, stop_after="split"
+    )
+    before = _snapshot(run_copy)
+    assert run_command.handle(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: stage split ") and "split.seed" in err[0]
+    assert _snapshot(run_copy) == before
