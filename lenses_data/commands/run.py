@@ -21,7 +21,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="run the whole pipeline (build-dataset flow) in-process",
         description="Run ingest -> dedupe -> filter -> split -> generate -> rules -> validate -> "
         "visual-validate -> export with Prefect's local engine (no Prefect server needed). "
-        "A rerun of the same configuration resumes: finished shards and answered model calls are reused.",
+        "A rerun of the same configuration resumes: finished shards and answered model calls are reused; "
+        "a rerun whose settings change what a stage on disk produced stops with exit code 2.",
     )
     parser.add_argument(
         "--config", help="YAML config (default: configs/sample.yaml with --sample, else defaults)"
