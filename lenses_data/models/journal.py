@@ -289,9 +289,17 @@ def usage_totals(journal: Journal | Iterable[JournalEntry]) -> dict[str, dict[st
     """Token usage per model over a journal or a run's entries (cost accounting)."""
     totals: dict[str, dict[str, int]] = {}
     entries = journal.entries() if hasattr(journal, "entries") else journal
+    for _ in tally_usage(entries, totals):
+        pass
+    return totals
+
+
+def tally_usage(entries: Iterable[JournalEntry], totals: dict[str, dict[str, int]]) -> Iterator[JournalEntry]:
+    """Pass the entries on, adding each one's usage to `totals` (per model): lets one reading of a
+    run's journal feed both the usage totals and another aggregation (export's GPU-hour plan)."""
     for entry in entries:
         bucket = totals.setdefault(entry.model, {"requests": 0})
         bucket["requests"] += 1
         for name, count in entry.usage.items():
             bucket[name] = bucket.get(name, 0) + int(count)
-    return totals
+        yield entry

@@ -124,14 +124,16 @@ def build_plan(
     table: ThroughputTable | None = None,
     answers_per_image: int | None = None,
     models: dict[str, str] | None = None,
+    stats: dict[str, StageStats] | None = None,
 ) -> Plan:
     """Project the run's model stages to `candidates` (default: the run's own) on `nodes` nodes.
 
     Stages run one after another (each reads the previous one's finished output), each on every GPU;
-    `models` maps a role to the model that will serve it (default: the one the run journaled).
+    `models` maps a role to the model that will serve it (default: the one the run journaled);
+    `stats` are the run's `read_stage_stats`, when the caller has read them already.
     """
     table = table or load_table()
-    stats = read_stage_stats(run)
+    stats = read_stage_stats(run) if stats is None else stats
     if not stats:
         raise PlanError(f"{run}: no journal entries of a model stage in {run}/journal")
     run_f = run_funnel(run, stats["generate"].answers_per_image if "generate" in stats else 1)

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from lenses_data import io
-from lenses_data.models.journal import read_run_journal
+from lenses_data.models.journal import JournalEntry, read_run_journal
 from lenses_data.plan.schemas import Funnel, PlanError, StageStats
 
 STAGE_ROLE = {
@@ -40,11 +41,12 @@ def _entry_stage(key: str) -> tuple[str, str]:
     return parts[0], (parts[2] if len(parts) > 2 else "")
 
 
-def read_stage_stats(run: str | Path) -> dict[str, StageStats]:
-    """Per model stage: requests, failures, prompt/completion usage and the static prefix's words."""
+def read_stage_stats(run: str | Path, entries: Iterable[JournalEntry] | None = None) -> dict[str, StageStats]:
+    """Per model stage: requests, failures, prompt/completion usage and the static prefix's words,
+    over `entries` (default: the run's journal, read here)."""
     stats: dict[str, StageStats] = {}
     words: dict[str, int] = {}
-    for entry in read_run_journal(run):
+    for entry in read_run_journal(run) if entries is None else entries:
         stage, kind = _entry_stage(entry.key)
         if stage not in STAGE_ROLE:
             continue

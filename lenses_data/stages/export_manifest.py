@@ -109,15 +109,16 @@ def model_info(config: Any, texts: pd.DataFrame, filter_models: set[str]) -> dic
     return info
 
 
-def gpu_plan(run: Path, config: Any) -> dict[str, Any] | None:
+def gpu_plan(run: Path, config: Any, stats: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The run's GPU-hour plan for the card, or None when it cannot be made (no model stage ran,
-    or no config); the export never fails for want of a plan."""
+    or no config); the export never fails for want of a plan. `stats`: the run's
+    `read_stage_stats`, when already read."""
     if config is None or not hasattr(config, "models"):
         return None
     from lenses_data.plan import plan_for_card
 
     try:
-        return plan_for_card(run, config)
+        return plan_for_card(run, config, stats=stats)
     except (ValueError, KeyError, FileNotFoundError, ZeroDivisionError) as error:
         log.warning("export: no GPU-hour plan for the card (%s)", error)
         return None
