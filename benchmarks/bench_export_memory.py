@@ -49,7 +49,9 @@ def main() -> None:
     rows = [measure(args.run, args.config) for _ in range(args.repeats)]
     print("| run | after imports MiB | peak MiB | growth MiB |\n|---|---:|---:|---:|")
     for row in rows:
-        print(f"| {args.run} | {row['after_imports_mib']:.0f} | {row['peak_mib']:.0f} | {row['growth_mib']:.0f} |")
+        print(
+            f"| {args.run} | {row['after_imports_mib']:.0f} | {row['peak_mib']:.0f} | {row['growth_mib']:.0f} |"
+        )
 
 
 if __name__ == "__main__":
