@@ -65,6 +65,23 @@ def _context() -> Any:
     return context
 
 
+def decode_workers(workers: int) -> int:
+    """The decode processes this process may start: none inside a daemonic process.
+
+    A Dask worker process is daemonic by default (`distributed.worker.daemon`), and a daemonic
+    process may not have children: there, decoding runs inline (one worker) instead of failing
+    the shard on every retry. Set `distributed.worker.daemon: false` on the cluster to decode in
+    processes there too."""
+    if workers > 1 and multiprocessing.current_process().daemon:
+        log.warning(
+            "ingest: running in a daemonic process (a Dask worker?): decoding inline, not in %d "
+            "processes; set distributed.worker.daemon: false for decode processes",
+            workers,
+        )
+        return 1
+    return workers
+
+
 def start_decoders(workers: int) -> None:
     """Start the fork server now, for a caller about to ingest with `workers` processes.
 
@@ -72,7 +89,7 @@ def start_decoders(workers: int) -> None:
     started before the caller's own imports and source listing, that work overlaps them instead
     of delaying the first batch. A DecodePool started later forks from the same server.
     """
-    if workers > 1:
+    if workers > 1 and not multiprocessing.current_process().daemon:
         from multiprocessing import forkserver
 
         _context()
@@ -93,7 +110,7 @@ class DecodePool:
     def __init__(
         self, workers: int, limits: DecodeLimits, images_dir: str, decode: DecodeFn = decode_batch
     ) -> None:
-        self.workers, self.limits, self.images_dir = workers, limits, images_dir
+        self.workers, self.limits, self.images_dir = decode_workers(workers), limits, images_dir
         self._decode = decode  # a module-level function: it is pickled to the worker processes
         self._pool: ProcessPoolExecutor | None = None
 

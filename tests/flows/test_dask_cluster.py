@@ -60,7 +60,8 @@ def _config(path: Path, run: Path, sources: list[str], url: str, orchestration: 
     config = {
         "run_dir": str(run),
         "shard_size": 4,
-        "ingest": {"sources": sources, "workers": 1},
+        # Two decode processes: ingest then runs inside a (daemonic) Dask worker process.
+        "ingest": {"sources": sources, "workers": 2},
         "split": {"valid": 0.15, "test": 0.3, "seed": "dask"},
         "models": models,
         "orchestration": {"retry_delay_s": 0, **orchestration},

@@ -279,3 +279,27 @@ def test_ingest_stage_protocol_runs_skips_and_resumes(
     assert not stage.process_shard(run, 0).skipped
     stage.finish(run, [0], [])
     assert stage_is_complete(run, "ingest")
+
+
+def _workers_in_child(queue) -> None:
+    from lenses_data.stages.ingest_exec import decode_workers
+
+    queue.put(decode_workers(2))
+
+
+def test_a_daemonic_process_decodes_inline_instead_of_failing():
+    """Dask worker processes are daemonic and may not start decode processes of their own."""
+    import multiprocessing
+
+    from lenses_data.stages.ingest_exec import decode_workers
+
+    context = multiprocessing.get_context("fork")
+    results = []
+    for daemon in (True, False):
+        queue = context.Queue()
+        child = context.Process(target=_workers_in_child, args=(queue,), daemon=daemon)
+        child.start()
+        results.append(queue.get(timeout=30))
+        child.join(timeout=30)
+    assert results == [1, 2]
+    assert decode_workers(3) == 3
