@@ -17,6 +17,9 @@ QWEN = "Qwen/Qwen2.5-32B-Instruct"
 VLLM_VERSION = "0.10.1.1"
 # InternVL's dynamic tiling capped at one 448 px tile (no thumbnail is added to a single tile).
 FILTER_ONE_TILE: dict[str, Any] = {"max_dynamic_patch": 1}
+# The string vLLM's InternVL processor expands into the image's tokens (vllm/model_executor/models/
+# internvl.py, `get_placeholder_str`). Written into the text where the image belongs: see RoleConfig.
+INTERNVL_IMAGE_PLACEHOLDER = "<image>"
 
 
 class Section(BaseModel):
@@ -53,6 +56,11 @@ class ServeConfig(Section):
         description="--enable-prefix-caching: the static instructions every request starts with are "
         "computed once per replica, not once per request",
     )
+    chat_template_content_format: Literal["auto", "string", "openai"] = Field(
+        default="auto",
+        description="--chat-template-content-format. InternVL roles pin `string`, the format in which "
+        "vLLM keeps the role's `image_placeholder` where the client wrote it",
+    )
     extra_args: list[str] = Field(default_factory=list)
 
 
@@ -82,6 +90,14 @@ class RoleConfig(Section):
         description="vLLM's per-request `mm_processor_kwargs`, sent with every request of the role that "
         "carries an image, e.g. InternVL's {max_dynamic_patch: 1} (one 448 px tile, 256 visual tokens). "
         "Part of the journal key. The filter's default is one tile (docs/serving.md)",
+    )
+    image_placeholder: str | None = Field(
+        default=None,
+        description="The model's image placeholder, written as a text part just before the image part "
+        "(InternVL on vLLM: `<image>`). vLLM renders a 'string'-format chat template (InternVL's) by "
+        "joining the text parts and putting every image whose placeholder is missing at the FRONT of "
+        "the message, before the static instructions, so the prefix cache would never serve them. "
+        "null: the server places the image by the order of the content parts",
     )
     serve: ServeConfig = Field(default_factory=ServeConfig)
 
@@ -122,11 +138,17 @@ def _default_role(role: str) -> RoleConfig:
         serve = ServeConfig(max_model_len=16384, images_per_prompt=0, port=8100)
         return RoleConfig(model=QWEN, base_urls=["http://127.0.0.1:8100/v1"], serve=serve)
     sampling = SamplingConfig(temperature=0.7, top_p=0.95) if role == "generator" else SamplingConfig()
-    serve = ServeConfig(trust_remote_code=True, max_model_len=16384)
+    serve = ServeConfig(trust_remote_code=True, max_model_len=16384, chat_template_content_format="string")
     # The filter answers YES/NO about the whole scene: one tile (docs/serving.md, "One tile for the
     # filter"); generation and visual validation read details and keep InternVL's full tiling.
     processor = dict(FILTER_ONE_TILE) if role == "filter" else {}
-    return RoleConfig(model=INTERNVL, sampling=sampling, serve=serve, mm_processor_kwargs=processor)
+    return RoleConfig(
+        model=INTERNVL,
+        sampling=sampling,
+        serve=serve,
+        mm_processor_kwargs=processor,
+        image_placeholder=INTERNVL_IMAGE_PLACEHOLDER,
+    )
 
 
 class ModelsConfig(Section):

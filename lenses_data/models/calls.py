@@ -165,7 +165,8 @@ async def _answer(
     image: LoadedImage | None,
     digest: str,
 ) -> ModelResult:
-    messages = build_messages(request, IMAGE_SLOT if image else None, rt.json_mode)
+    placeholder = rt.role.image_placeholder
+    messages = build_messages(request, IMAGE_SLOT if image else None, rt.json_mode, placeholder)
     fields = request_fields(request, rt.role, rt.choice_style, rt.json_mode)
     headers = {codes.KEY_HEADER: request.key.encode("ascii", "replace").decode()}
     uri = image.data_uri if image else None
@@ -173,7 +174,7 @@ async def _answer(
     raw, model, simulated = None, rt.role.model, False
     error = AnswerError(codes.EMPTY_ANSWER, "no answer")
     for _ask in range(rt.retry.max_reasks + 1):
-        outcome = await _call(rt, body, headers)
+        outcome = await _call(rt, body, headers, image.sha256 if image else None)
         calls += outcome.calls
         if outcome.error_code is not None or outcome.completion is None:
             error = AnswerError(outcome.error_code or codes.TRANSPORT_ERROR, outcome.error_message or "")
@@ -230,8 +231,11 @@ def _tolerant(rt: RoleRuntime, request: ModelRequest, parse: Callable[[str], Any
     return lambda text: parse(pick_choice(text, choices))
 
 
-async def _call(rt: RoleRuntime, body: bytes, headers: dict[str, str]) -> CallOutcome:
-    """One answer from some endpoint, retrying transport errors, 429/5xx and timeouts.
+async def _call(
+    rt: RoleRuntime, body: bytes, headers: dict[str, str], affinity: str | None = None
+) -> CallOutcome:
+    """One answer from some endpoint, retrying transport errors, 429/5xx and timeouts. Requests
+    with the same `affinity` (image hash) go to one endpoint, whose prefix cache holds the image.
 
     The body goes out as prepared bytes through the client's plain `post`: the same JSON that
     `chat.completions.create` would send, without its per-request walk of every parameter through
@@ -239,7 +243,7 @@ async def _call(rt: RoleRuntime, body: bytes, headers: dict[str, str]) -> CallOu
     code, message = codes.TRANSPORT_ERROR, ""
     options = {"headers": headers}
     for attempt in range(1, rt.retry.max_attempts + 1):
-        endpoint = await rt.pool.acquire()
+        endpoint = await rt.pool.acquire(affinity)
         healthy: bool | None = None
         hint: float | None = None
         try:
@@ -256,7 +260,7 @@ async def _call(rt: RoleRuntime, body: bytes, headers: dict[str, str]) -> CallOu
                 return CallOutcome(None, attempt, code, message)
             hint = retry_after_s(exc)
         finally:
-            await rt.pool.release(endpoint, healthy)
+            await rt.pool.release(endpoint, healthy, affinity)
         if attempt < rt.retry.max_attempts:
             await asyncio.sleep(backoff_delay(attempt, rt.retry, rt.rng, hint))
     return CallOutcome(

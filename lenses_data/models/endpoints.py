@@ -1,11 +1,13 @@
-"""Endpoints of one role: bounded requests in flight each, least-outstanding balancing, and a
-circuit breaker that benches an endpoint after consecutive failures and retries it later."""
+"""Endpoints of one role: bounded requests in flight each, least-outstanding balancing with image
+affinity, and a circuit breaker that benches an endpoint after consecutive failures and retries it
+later."""
 
 from __future__ import annotations
 
 import asyncio
 import random
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +20,9 @@ from lenses_data.models import types as codes
 # so one pool of 256 keep-alive connections costs O(256) per request; shards of 8 keep it short
 # (measured with 512 px image requests: 20 % fewer function calls per request than shards of 32).
 CONNECTIONS_PER_SHARD = 8
+# Affinity keys remembered per unit of pool capacity: enough to cover every request in flight and
+# the ones just finished (whose prefix is still in the replica's cache), bounded in memory.
+AFFINITY_KEYS_PER_SLOT = 4
 
 
 @dataclass
@@ -69,31 +74,58 @@ def make_openai_client(url: str, api_key: str, timeout_s: float, capacity: int) 
 
 
 class EndpointPool:
+    """Least-outstanding balancing, except that requests with the same affinity key (the image's
+    content hash) go to the endpoint the key last went to, waiting for a free slot there.
+
+    Why: the answers of one image and kind repeat the same instructions and image. On one vLLM
+    replica the later ones take the image's KV blocks from the prefix cache and skip the vision
+    encoder; spread over replicas, each replica prefills and encodes the image again (at 32
+    replicas, almost every answer would). Keys are forgotten least recently used first, and a key
+    whose endpoint fails or is benched moves to the least-loaded healthy one."""
+
     def __init__(self, endpoints: list[Endpoint], retry: RetryConfig) -> None:
         if not endpoints:
             raise ValueError("an endpoint pool needs at least one endpoint")
         self.endpoints = endpoints
         self.retry = retry
         self._changed = asyncio.Condition()
+        self._affinity: OrderedDict[str, Endpoint] = OrderedDict()
+        self._affinity_limit = AFFINITY_KEYS_PER_SLOT * self.capacity
 
     @property
     def capacity(self) -> int:
         return sum(e.capacity for e in self.endpoints)
 
-    def _pick(self, now: float) -> Endpoint | None:
+    def _pick(self, now: float, affinity: str | None = None) -> Endpoint | None:
+        bound = self._affinity.get(affinity) if affinity is not None else None
+        if bound is not None and bound.healthy(now):
+            return bound if bound.outstanding < bound.capacity else None  # wait for a slot there
         free = [e for e in self.endpoints if e.outstanding < e.capacity and e.healthy(now)]
         if not free:
             return None
         return min(free, key=lambda e: (e.outstanding / e.capacity, e.outstanding))
 
-    async def acquire(self) -> Endpoint:
+    def _bind(self, affinity: str, endpoint: Endpoint) -> None:
+        self._affinity[affinity] = endpoint
+        self._affinity.move_to_end(affinity)
+        while len(self._affinity) > self._affinity_limit:
+            self._affinity.popitem(last=False)
+
+    def affinity_endpoint(self, affinity: str) -> str | None:
+        """The URL requests with this key go to (None: not bound)."""
+        bound = self._affinity.get(affinity)
+        return bound.url if bound is not None else None
+
+    async def acquire(self, affinity: str | None = None) -> Endpoint:
         async with self._changed:
             while True:
                 now = time.monotonic()
-                chosen = self._pick(now)
+                chosen = self._pick(now, affinity)
                 if chosen is not None:
                     chosen.outstanding += 1
                     chosen.calls += 1
+                    if affinity is not None:
+                        self._bind(affinity, chosen)
                     return chosen
                 # All benched: wake when the first comes off the bench (or on any release).
                 waits = [e.benched_until - now for e in self.endpoints if not e.healthy(now)]
@@ -103,13 +135,16 @@ class EndpointPool:
                 except TimeoutError:
                     pass
 
-    async def release(self, endpoint: Endpoint, healthy: bool | None) -> None:
-        """healthy=False counts toward benching; None means the outcome says nothing about it."""
+    async def release(self, endpoint: Endpoint, healthy: bool | None, affinity: str | None = None) -> None:
+        """healthy=False counts toward benching; None means the outcome says nothing about it.
+        A failed call unbinds its affinity key, so the retry may go to another endpoint."""
         async with self._changed:
             endpoint.outstanding -= 1
             if healthy is True:
                 endpoint.consecutive_failures = 0
             elif healthy is False:
+                if affinity is not None and self._affinity.get(affinity) is endpoint:
+                    del self._affinity[affinity]
                 endpoint.consecutive_failures += 1
                 if endpoint.consecutive_failures >= self.retry.unhealthy_after:
                     endpoint.benched_until = time.monotonic() + self.retry.unhealthy_cooldown_s

@@ -68,12 +68,20 @@ def schema_instruction(schema: dict[str, Any]) -> str:
 
 
 def build_messages(
-    request: ModelRequest, image_url: str | None, json_mode: str = "json_schema"
+    request: ModelRequest,
+    image_url: str | None,
+    json_mode: str = "json_schema",
+    placeholder: str | None = None,
 ) -> list[dict[str, Any]]:
     """Static instructions first, then the image, then the per-item text (prefix-cache friendly).
 
     When the schema cannot go in the response format it follows the instructions (it belongs to
-    them; the per-item text stays last, where readers of the request look for the items)."""
+    them; the per-item text stays last, where readers of the request look for the items).
+
+    `placeholder` (the role's `image_placeholder`) is written as a text part just before the image:
+    a server that renders the message as one string (vLLM with InternVL's chat template) keeps the
+    image there instead of moving it to the front. The same string inside any text is defused, so
+    the server counts exactly one placeholder for the one image."""
     messages: list[dict[str, Any]] = []
     if request.system:
         messages.append({"role": "system", "content": request.system})
@@ -84,11 +92,21 @@ def build_messages(
     if image_url is None:
         messages.append({"role": "user", "content": "\n\n".join(head + tail)})
         return messages
+    if placeholder:
+        head, tail = defuse_placeholder(head, placeholder), defuse_placeholder(tail, placeholder)
+        head.append(placeholder)
     content: list[dict[str, Any]] = [{"type": "text", "text": text} for text in head]
     content.append({"type": "image_url", "image_url": {"url": image_url}})
     content.extend({"type": "text", "text": text} for text in tail)
     messages.append({"role": "user", "content": content})
     return messages
+
+
+def defuse_placeholder(texts: list[str], placeholder: str) -> list[str]:
+    """`texts` with every occurrence of `placeholder` broken by a space after its first character
+    (a caption that says "<image>" must not become a second image slot)."""
+    defused = f"{placeholder[0]} {placeholder[1:]}"
+    return [text.replace(placeholder, defused) for text in texts]
 
 
 def sampling_params(request: ModelRequest, role: RoleConfig) -> dict[str, Any]:
@@ -157,7 +175,7 @@ def request_hash(
     image_ref = f"{IMAGE_REF_PREFIX}{image_sha256}" if image_sha256 else None
     payload = {
         "model": role.model,
-        "messages": build_messages(request, image_ref, mode),
+        "messages": build_messages(request, image_ref, mode, role.image_placeholder),
         "sampling": sampling_params(request, role),
         "constraints": constraint_kwargs(request, role, choice_style, mode),
         "choice": request.choice,

@@ -142,10 +142,10 @@ class Prober:
         return Check("choice", "fallback", detail), "none"
 
     async def check_image(self) -> Check:
-        content = [
-            {"type": "text", "text": "What colour is this image? One word."},
-            {"type": "image_url", "image_url": {"url": _probe_image_uri()}},
-        ]
+        content = [{"type": "text", "text": "What colour is this image? One word."}]
+        if self.role.image_placeholder:  # as the role's requests write it: a server that counts
+            content.append({"type": "text", "text": self.role.image_placeholder})  # it must agree
+        content.append({"type": "image_url", "image_url": {"url": _probe_image_uri()}})
         # As the role's real requests do: a server that refuses the role's processor settings
         # (e.g. the filter's one-tile `mm_processor_kwargs`) must fail here, not on every request.
         processor = dict(self.role.mm_processor_kwargs)

@@ -51,6 +51,10 @@ def vllm_args(role: RoleConfig, tensor_parallel: int) -> list[str]:
         args += ["--limit-mm-per-prompt", json.dumps(limits, separators=(",", ":"))]
     if serve.enable_prefix_caching:
         args.append("--enable-prefix-caching")
+    if serve.chat_template_content_format != "auto":
+        # Pinned, not detected from the template: the client's image placeholder (RoleConfig.
+        # image_placeholder) stays where it was written only in the "string" format.
+        args += ["--chat-template-content-format", serve.chat_template_content_format]
     if serve.trust_remote_code:
         args.append("--trust-remote-code")
     if serve.revision:

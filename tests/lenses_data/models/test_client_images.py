@@ -76,5 +76,9 @@ def test_shared_and_unreadable_images_in_one_batch(tmp_path: Path) -> None:
         uri = "data:image/jpeg;base64," + base64.b64encode(path.read_bytes()).decode()
         return hashlib.sha256(uri.encode()).hexdigest()
 
-    by_key = {r["key"]: r["body"]["messages"][0]["content"][1]["image_url"]["sha256"] for r in sent}
+    def image_sha(record: dict) -> str:
+        (image,) = [p for p in record["body"]["messages"][0]["content"] if p["type"] == "image_url"]
+        return image["image_url"]["sha256"]
+
+    by_key = {r["key"]: image_sha(r) for r in sent}
     assert by_key == {f"k{i}": digest(path) for i, path in enumerate(sources[:12])}

@@ -1,6 +1,7 @@
 """What reaches the server, read back from the simulator: the filter asks for one tile, generation
 and visual validation keep full tiling, every request starts with its static instructions (the
-shared prefix vLLM's prefix cache serves), and the image bytes arrive intact."""
+shared prefix vLLM's prefix cache serves) also after vLLM renders it for InternVL's chat template,
+and the image bytes arrive intact."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from skimage import data as skdata
 
 from lenses_data.config import load_config
 from lenses_data.config.annotate import AnnotateConfig
-from lenses_data.config.models import ModelsConfig
+from lenses_data.config.models import INTERNVL_IMAGE_PLACEHOLDER, ModelsConfig
 from lenses_data.models.client import ModelClient, ModelRequest
 from lenses_data.models.messages import request_hash
 from lenses_data.models.serve import vllm_args
@@ -61,20 +62,44 @@ def _requests(rows: list[dict[str, Any]]) -> list[ModelRequest]:
     return requests
 
 
-def _sent(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _sent(rows: list[dict[str, Any]], placeholder: str | None = INTERNVL_IMAGE_PLACEHOLDER) -> list[dict]:
     """Run the stages' requests through the client; the bodies the simulator received."""
     with run_in_thread(SimConfig(record_requests=100)) as url:
-        client = ModelClient(sim_models_config([url], timeout_s=5))
-        results = client.run_sync(_requests(rows), lambda raw: raw)
+        config = sim_models_config([url], timeout_s=5)
+        for role in ("filter", "generator", "visual_validator"):
+            config.role(role).image_placeholder = placeholder
+        results = ModelClient(config).run_sync(_requests(rows), lambda raw: raw)
         assert all(r.ok for r in results)
         return httpx.get(url.removesuffix("/v1") + "/sim/requests", timeout=5).json()["requests"]
 
 
-def test_filter_one_tile_others_full_tiling_static_text_first(rows: list[dict[str, Any]]) -> None:
-    sent = _sent(rows)
+def vllm_string_prompt(content: list[dict[str, Any]], placeholder: str) -> str:
+    """The user turn as vLLM 0.10.1.1 renders it for a chat template of the "string" content format
+    (InternVL's), without --interleave-mm-strings: the text parts joined with newlines, and each image
+    whose placeholder the text does not already hold put in FRONT of it
+    (vllm/entrypoints/chat_utils.py, `_get_full_multimodal_text_prompt`)."""
+    text = "\n".join(part["text"] for part in content if part["type"] == "text")
+    images = sum(part["type"] == "image_url" for part in content)
+    missing = max(0, images - text.count(placeholder))
+    return "\n".join([placeholder] * missing + [text])
+
+
+def _by_role(sent: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     by_role: dict[str, list[dict[str, Any]]] = {}
     for record in sent:
         by_role.setdefault(record["body"]["model"].removeprefix("test/"), []).append(record["body"])
+    return by_role
+
+
+TEMPLATES = {
+    "filter": ["filter"],
+    "generator": ["image_side_prompts", "captions"],
+    "visual_validator": [VISUAL_VALIDATOR.template],
+}
+
+
+def test_filter_one_tile_others_full_tiling_static_text_first(rows: list[dict[str, Any]]) -> None:
+    by_role = _by_role(_sent(rows))
     assert {role: len(bodies) for role, bodies in by_role.items()} == {
         "filter": 3,
         "generator": 6,
@@ -84,22 +109,52 @@ def test_filter_one_tile_others_full_tiling_static_text_first(rows: list[dict[st
         assert body["mm_processor_kwargs"] == {"max_dynamic_patch": 1}
     for body in by_role["generator"] + by_role["visual_validator"]:
         assert "mm_processor_kwargs" not in body  # the server's default: InternVL's full tiling
-    templates = {
-        "filter": ["filter"],
-        "generator": ["image_side_prompts", "captions"],
-        "visual_validator": [VISUAL_VALIDATOR.template],
-    }
     for role, bodies in by_role.items():
-        static = {get_template(name).text for name in templates[role]}
+        static = {get_template(name).text for name in TEMPLATES[role]}
         for body in bodies:
             (user,) = [m for m in body["messages"] if m["role"] == "user"]
-            first, image, *rest = user["content"]
-            # The instructions open the request, the image follows, per-item text comes last.
+            first, slot, image, *rest = user["content"]
+            # The instructions open the request, the placeholder and the image follow, per-item
+            # text comes last.
             assert first == {"type": "text", "text": first["text"]} and first["text"] in static
+            assert slot == {"type": "text", "text": INTERNVL_IMAGE_PLACEHOLDER}
             assert image["type"] == "image_url"
             assert all(part["type"] == "text" for part in rest)
+            # What the model reads after vLLM renders the turn: still the instructions first.
+            prompt = vllm_string_prompt(user["content"], INTERNVL_IMAGE_PLACEHOLDER)
+            assert prompt.startswith(first["text"] + "\n" + INTERNVL_IMAGE_PLACEHOLDER)
+            assert prompt.count(INTERNVL_IMAGE_PLACEHOLDER) == 1
         prefixes = {body["messages"][0]["content"][0]["text"] for body in bodies}
         assert prefixes == static  # identical prefix across every image of the role
+
+
+def test_without_the_placeholder_vllm_would_put_the_image_first(rows: list[dict[str, Any]]) -> None:
+    """Why the role writes the placeholder: with the content parts alone in the same order, vLLM's
+    rendering opens every request with the image, so no two images share a cached prefix."""
+    by_role = _by_role(_sent(rows, placeholder=None))
+    for body in by_role["filter"] + by_role["generator"]:
+        (user,) = [m for m in body["messages"] if m["role"] == "user"]
+        assert [part["type"] for part in user["content"]][:2] == ["text", "image_url"]
+        prompt = vllm_string_prompt(user["content"], INTERNVL_IMAGE_PLACEHOLDER)
+        assert prompt.startswith(INTERNVL_IMAGE_PLACEHOLDER + "\n")
+
+
+def test_a_placeholder_inside_a_text_is_defused(tmp_path: Path) -> None:
+    """A caption that says "<image>" must not become a second image slot (vLLM refuses a request
+    with more placeholders than images)."""
+    from lenses_data.models.messages import build_messages
+
+    request = ModelRequest(
+        key="k",
+        role="visual_validator",
+        text="Check the <image> items.",
+        image_path="x.jpg",
+        after_image_text='[{"Caption": "An <image> of a cat"}]',
+    )
+    content = build_messages(request, "data:image/jpeg;base64,AA==", placeholder="<image>")[0]["content"]
+    prompt = vllm_string_prompt(content, "<image>")
+    assert prompt.count("<image>") == 1
+    assert "An < image> of a cat" in prompt and prompt.index("<image>") > prompt.index("Check the")
 
 
 def test_image_bytes_arrive_intact(rows: list[dict[str, Any]]) -> None:
@@ -137,6 +192,11 @@ def test_production_config_one_tile_filter_and_prefix_caching() -> None:
     assert models.generator.mm_processor_kwargs == {} and models.visual_validator.mm_processor_kwargs == {}
     for role in ("filter", "generator", "validator"):
         assert "--enable-prefix-caching" in vllm_args(models.role(role), 1)
+    for role in ("filter", "generator", "visual_validator"):  # the placeholder stays where written
+        assert models.role(role).image_placeholder == INTERNVL_IMAGE_PLACEHOLDER
+        args = vllm_args(models.role(role), 1)
+        assert args[args.index("--chat-template-content-format") + 1] == "string"
+    assert models.validator.image_placeholder is None
     off = models.filter.model_copy(
         update={"serve": models.filter.serve.model_copy(update={"enable_prefix_caching": False})}
     )
