@@ -135,5 +135,13 @@ def format_plan(plan: Any) -> str:
             f"  {model} ({gpus} GPU): prefill {r.prefill_tokens_per_s:,.0f} tok/s{vision}, decode "
             f"{r.decode_tokens_per_s:,.0f} tok/s at ~{r.decode_batch:.0f} sequences ({source})"
         )
+    lines += ["", "decode per stage (per replica):"]
+    for s in plan.stages:
+        if s.decode_tokens:
+            lines.append(
+                f"  {s.stage}: {s.decode_tokens_per_s:,.0f} tok/s at ~{s.decode_batch:.0f} sequences "
+                f"(reads {s.decode_context_tokens:,.0f} KV tokens a step, holds "
+                f"{s.decode_unique_tokens:,.0f} of its own)"
+            )
     lines += ["", "assumptions:"] + [f"  - {line}" for line in plan.assumptions]
     return "\n".join(lines)

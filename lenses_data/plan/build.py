@@ -17,7 +17,7 @@ from lenses_data.plan.schemas import (
     StageStats,
     ThroughputTable,
 )
-from lenses_data.plan.throughput import load_table, model_rates
+from lenses_data.plan.throughput import decode_shape, load_table, model_rates
 from lenses_data.plan.usage import STAGE_ROLE, read_stage_stats, run_funnel, target_funnel
 
 # Which funnel count each stage's volume follows.
@@ -76,19 +76,32 @@ def plan_stage(
     uncached = (text - prefix) * images * answer_ratio
     completion *= images * answer_ratio
     image_requests = requests
-    if s.stage == "generate" and a.prefix_cache and a.share_candidate_prefix:
-        # Answers of one image and kind are sent back to back with the same instructions and image:
-        # the prefix cache serves the image (and skips the encoder) for all but the first.
+    shared = s.stage == "generate" and a.prefix_cache and a.share_candidate_prefix
+    if shared:
+        # Answers of one image and kind go to one replica (the client's image affinity) with the
+        # same instructions and image: the prefix cache serves the image, and skips its encoder,
+        # for all but the first.
         image_requests = requests / answers
     encoded = image_requests * tiles
     prefill = uncached + encoded * a.tokens_per_tile
     decode = max(0.0, completion - requests)  # the prefill pass yields the first token
+    spec = table.models[model]
+    if a.decode_from_run and requests:
+        context, unique = decode_shape(
+            image=tiles * a.tokens_per_tile,
+            cached=cached / requests,
+            uncached=uncached / requests,
+            answer=completion / requests,
+            sharing=answers if shared else 1,
+        )
+        spec = spec.model_copy(update={"decode_context_tokens": context, "decode_unique_tokens": unique})
+        rates = rates.model_copy(update=_decode_rates(spec, table))
     hours = {
         "prefill": prefill / rates.prefill_tokens_per_s,
         "vision": encoded / rates.vision_tiles_per_s if encoded and rates.vision_tiles_per_s else 0.0,
         "decode": decode / rates.decode_tokens_per_s,
     }
-    hours = {k: v * table.models[model].gpus_per_replica / 3600 for k, v in hours.items()}
+    hours = {k: v * spec.gpus_per_replica / 3600 for k, v in hours.items()}
     return StagePlan(
         stage=s.stage,
         model=model,
@@ -99,12 +112,22 @@ def plan_stage(
         prefill_tokens=prefill,
         encoded_tiles=encoded,
         decode_tokens=decode,
+        decode_context_tokens=spec.decode_context_tokens,
+        decode_unique_tokens=spec.decode_unique_tokens,
+        decode_batch=rates.decode_batch,
+        decode_tokens_per_s=rates.decode_tokens_per_s,
         prefill_gpu_hours=hours["prefill"],
         vision_gpu_hours=hours["vision"],
         decode_gpu_hours=hours["decode"],
         gpu_hours=sum(hours.values()),
         wall_clock_hours=0.0,
     )
+
+
+def _decode_rates(spec: ModelSpec, table: ThroughputTable) -> dict[str, float]:
+    """The decode rate and batch of `spec`'s sequence shape (a table's explicit rate still wins)."""
+    derived = model_rates(spec, table.gpu, table.assumptions)
+    return {"decode_tokens_per_s": derived.decode_tokens_per_s, "decode_batch": derived.decode_batch}
 
 
 def _wall_clock(stage: StagePlan, spec: ModelSpec, gpus: int, overhead_h: float) -> float:
@@ -201,6 +224,15 @@ def assumption_lines(table: ThroughputTable, run_f: Funnel, target: Funnel, stat
         else "Every generation request prefills and encodes its image.",
         "Prefill and decode times add up (no credit for chunked prefill overlapping them); the first "
         "answer token of a request comes from its prefill pass.",
+        "Decode, per stage: "
+        + (
+            "each sequence reads its image, prompt and half its answer per step and holds in the KV "
+            "cache what the prefix cache does not share (the static instructions are shared by all; "
+            "the image and prompt of one image and kind by its answers, which run side by side)."
+            if a.decode_from_run
+            else "the model's reference sequence of the table (decode_context_tokens, "
+            "decode_unique_tokens)."
+        ),
         f"Funnel ({target.source}): {target.filter_images / target.candidates:.3f} of candidates reach the "
         f"filter, {target.selected_images / target.candidates:.4f} are selected, "
         f"{target.test_images / max(target.selected_images, 1):.4f} of those are test images; "

@@ -27,8 +27,12 @@ class ModelSpec(_Model):
     runtime_overhead_gb: float = Field(4, ge=0)
     max_num_seqs: int = Field(256, ge=1)
     gpus_per_replica: int = Field(1, ge=1)
-    decode_context_tokens: float = Field(gt=0, description="KV tokens one sequence reads per decode step")
-    decode_unique_tokens: float = Field(gt=0, description="KV tokens one sequence holds (prefix shared)")
+    decode_context_tokens: float = Field(
+        gt=0, description="KV tokens one sequence reads per decode step (the model's reference rate)"
+    )
+    decode_unique_tokens: float = Field(
+        gt=0, description="KV tokens one sequence holds, prefix shared (the model's reference rate)"
+    )
     prefill_tokens_per_s: float | None = Field(None, gt=0)
     decode_tokens_per_s: float | None = Field(None, gt=0)
     vision_tiles_per_s: float | None = Field(None, gt=0)
@@ -44,6 +48,9 @@ class Assumptions(_Model):
     completion_tokens_per_word: float = Field(1.6, gt=0)
     prefix_cache: bool = True
     share_candidate_prefix: bool = True
+    # Each stage's decode rate from its own measured sequence: context = image + prompt + half the
+    # answer; KV held = what the prefix cache does not share. False: the model's reference figures.
+    decode_from_run: bool = True
     prefill_efficiency: float = Field(0.7, gt=0, le=1)
     decode_efficiency: float = Field(0.8, gt=0, le=1)
     stage_overhead_minutes: float = Field(10, ge=0)
@@ -97,6 +104,10 @@ class StagePlan(_Model):
     prefill_tokens: float
     encoded_tiles: float
     decode_tokens: float
+    decode_context_tokens: float = Field(0, description="KV tokens a sequence reads per decode step")
+    decode_unique_tokens: float = Field(0, description="KV tokens a sequence holds (shared prefix out)")
+    decode_batch: float = Field(0, description="Sequences decoded at once per replica")
+    decode_tokens_per_s: float = Field(0, description="Decode rate per replica used for this stage")
     prefill_gpu_hours: float
     vision_gpu_hours: float
     decode_gpu_hours: float

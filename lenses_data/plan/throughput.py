@@ -84,3 +84,17 @@ def model_rates(spec: ModelSpec, gpu: GpuSpec, a: Assumptions) -> Rates:
         decode_batch=batch,
         derived=derived,
     )
+
+
+def decode_shape(
+    image: float, cached: float, uncached: float, answer: float, sharing: int = 1
+) -> tuple[float, float]:
+    """(context, unique) KV tokens of one decoding sequence, per request averages in tokens.
+
+    context: what attention reads per step (image + whole prompt + half the answer, on average);
+    unique: what the sequence holds in the KV cache beyond blocks others hold too. The cached static
+    instructions are shared by every sequence; the image and the rest of the prompt by the `sharing`
+    answers of one image and kind, decoded side by side on one replica."""
+    context = image + cached + uncached + answer / 2
+    unique = (image + uncached) / max(1, sharing) + answer
+    return max(context, 1.0), max(unique, 1.0)

@@ -84,6 +84,8 @@ class FilterStage(ShardedStage):
         "dedupe_before_filter",
         "models.filter.model",
         "models.filter.sampling",
+        "models.filter.mm_processor_kwargs",
+        "models.filter.image_placeholder",
         "prompt:filter",
     )
     input_stage = "ingest"

@@ -138,6 +138,8 @@ class GenerateStage(ShardedStage):
         "annotate.max_items_per_answer",
         "models.generator.model",
         "models.generator.sampling",
+        "models.generator.mm_processor_kwargs",
+        "models.generator.image_placeholder",
         "prompt:image_side_prompts",
         "prompt:captions",
     )

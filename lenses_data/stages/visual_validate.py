@@ -61,6 +61,8 @@ class VisualValidateStage(ShardedStage):
         "annotate",
         "models.visual_validator.model",
         "models.visual_validator.sampling",
+        "models.visual_validator.mm_processor_kwargs",
+        "models.visual_validator.image_placeholder",
         "prompt:visual_validation",
     )
     input_stage = "validate"

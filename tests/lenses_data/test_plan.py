@@ -255,3 +255,37 @@ def test_plan_of_a_sample_run(tmp_path: Path) -> None:
     assert [s.stage for s in plan.stages] == ["filter", "generate", "validate", "visual_validate"]
     assert all(s.gpu_hours > 0 for s in plan.stages)
     assert plan.stages[0].requests == 1_000_000
+
+
+def test_decode_shape_shares_the_image_between_the_answers_of_one_image() -> None:
+    from lenses_data.plan.throughput import decode_shape
+
+    # 1,792 image tokens, 1,000 cached instructions, 200 uncached, 300-token answers.
+    alone = decode_shape(image=1792, cached=1000, uncached=200, answer=300, sharing=1)
+    paired = decode_shape(image=1792, cached=1000, uncached=200, answer=300, sharing=2)
+    assert alone == (1792 + 1000 + 200 + 150, 1792 + 200 + 300)
+    assert paired[0] == alone[0]  # attention still reads the whole context of each sequence
+    assert paired[1] == pytest.approx(996 + 300)  # but the KV cache holds the image once per pair
+
+
+def test_generation_decode_follows_the_run_and_the_sharing(real_run: Path) -> None:
+    """Roofline decode (no explicit rate): the answers of one image decoded side by side hold the
+    image once, so more sequences fit and decode is faster than when each holds its own."""
+    roofline = {INTERNVL: {"decode_tokens_per_s": None}, QWEN: {"decode_tokens_per_s": None}}
+
+    def generate(**assumptions) -> object:
+        table = load_table(overrides={"models": roofline, "assumptions": assumptions})
+        plan = build_plan(real_run, candidates=1e6, yields="paper", table=table)
+        return next(s for s in plan.stages if s.stage == "generate"), plan
+
+    shared, plan = generate()
+    apart, _ = generate(share_candidate_prefix=False)
+    reference, ref_plan = generate(decode_from_run=False)
+    # The run: 2,000 prompt tokens a request, 1,792 of them the image; 301-token answers; 2 answers.
+    assert shared.decode_unique_tokens < apart.decode_unique_tokens
+    assert shared.decode_batch > apart.decode_batch
+    assert shared.decode_tokens_per_s > apart.decode_tokens_per_s
+    assert shared.decode_gpu_hours < apart.decode_gpu_hours
+    # Off: every stage uses the model's reference sequence from the table.
+    assert reference.decode_tokens_per_s == pytest.approx(ref_plan.rates[INTERNVL].decode_tokens_per_s)
+    assert reference.decode_unique_tokens == load_table().models[INTERNVL].decode_unique_tokens
