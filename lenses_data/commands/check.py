@@ -1,7 +1,8 @@
 """`lenses check`: probe each model role's endpoint by hand, as a stage does before sending work.
 
 Prints one line per role and capability (model served, JSON-schema output, choice constraint,
-image input) with ok, fallback (the pipeline will use a workaround) or fail. Exit codes: 0 every
+image input, prefix-cache use) with ok, fallback (the pipeline will use a workaround, or pay more)
+or fail. Exit codes: 0 every
 role can work, 1 some role cannot (or its endpoint is unreachable), 2 bad configuration.
 """
 
@@ -15,11 +16,13 @@ ROLE_NAMES = ("filter", "generator", "validator", "visual_validator")
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "check",
-        help="probe each model role's endpoint (model served, JSON schema, choice, images) and report "
-        "which fallbacks the pipeline will use",
+        help="probe each model role's endpoint (model served, JSON schema, choice, images, prefix cache) "
+        "and report which fallbacks the pipeline will use",
         description="Send each role's endpoint one cheap request per capability the pipeline needs from it "
         "(filter: choice + image; generator: JSON + image; validator: JSON; visual_validator: JSON + "
-        "image). Exits 1 when a role cannot work, so it can gate a run.",
+        "image), then two requests with the same instructions to see how much the server's prefix cache "
+        "served (cached_tokens; a zero means the image is rendered before the instructions or caching "
+        "is off). Exits 1 when a role cannot work, so it can gate a run.",
     )
     parser.add_argument("--config", help="pipeline YAML config (default: built-in defaults)")
     parser.add_argument(

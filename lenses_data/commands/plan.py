@@ -143,5 +143,13 @@ def format_plan(plan: Any) -> str:
                 f"(reads {s.decode_context_tokens:,.0f} KV tokens a step, holds "
                 f"{s.decode_unique_tokens:,.0f} of its own)"
             )
+    measured = [
+        f"  {name}: {st.cached / st.prompt_of_reported:.0%} of prompt tokens "
+        f"({st.cached_reported:,} of {st.requests:,} requests reported)"
+        for name, st in plan.run_stats.items()
+        if st.cached_reported and st.prompt_of_reported
+    ]
+    if measured:
+        lines += ["", "prefix cache in the run (usage.prompt_tokens_details.cached_tokens):", *measured]
     lines += ["", "assumptions:"] + [f"  - {line}" for line in plan.assumptions]
     return "\n".join(lines)

@@ -67,6 +67,10 @@ class Completion:
             raise ValueError("completion is not a JSON object")
         choices = payload.get("choices") or []
         counted = payload.get("usage") or {}
+        details = counted.get("prompt_tokens_details") or {}
+        if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+            # Prompt tokens the server's prefix cache served (vLLM: --enable-prompt-tokens-details).
+            counted = {**counted, "cached_tokens": details["cached_tokens"]}
         model = str(payload.get("model") or fallback_model)
         return cls(
             model=model,
@@ -78,7 +82,7 @@ class Completion:
         )
 
 
-_USAGE_FIELDS = ("prompt_tokens", "completion_tokens", "total_tokens")
+_USAGE_FIELDS = ("prompt_tokens", "completion_tokens", "total_tokens", "cached_tokens")
 CHAT_PATH = "/chat/completions"
 
 

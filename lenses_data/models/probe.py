@@ -110,6 +110,8 @@ async def probe_role(
         report.checks.append(check)
     if "image" in needs:
         report.checks.append(await prober.check_image())
+    if "prefix" in needs:  # `lenses check` only: two more requests
+        report.checks.append(await prober.check_prefix(with_image="image" in needs))
     report.checks.insert(0, await _model_check(role.model, served, simulated, prober))
     return report
 
@@ -189,7 +191,9 @@ async def _check_roles(config: Any, roles: list[str]) -> list[ProbeReport]:
         json_mode, style = default_json_mode(role), config.choice_style(name)
         try:
             reports.append(
-                await probe_role(name, role, endpoints, config.retry, ROLE_NEEDS[name], json_mode, style)
+                await probe_role(
+                    name, role, endpoints, config.retry, (*ROLE_NEEDS[name], "prefix"), json_mode, style
+                )
             )
         except EndpointUnavailable as error:
             report = ProbeReport(name, tuple(role.base_urls), role.model, json_mode, style)

@@ -37,7 +37,7 @@ FALLBACK_JSON = {
 
 @dataclass
 class Check:
-    capability: str  # model | json | choice | image | endpoint
+    capability: str  # model | json | choice | image | prefix | endpoint
     status: str  # ok | fallback | fail
     detail: str
 
@@ -47,6 +47,8 @@ class _Answer:
     content: str | None = None
     code: str | None = None
     message: str = ""
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, when reported
 
     @property
     def answered(self) -> bool:
@@ -87,7 +89,13 @@ class Prober:
                 continue
             self.answered_once = True
             choices = completion.choices or []
-            return _Answer(content=choices[0].message.content if choices else None)
+            usage = completion.usage
+            details = getattr(usage, "prompt_tokens_details", None)
+            return _Answer(
+                content=choices[0].message.content if choices else None,
+                prompt_tokens=getattr(usage, "prompt_tokens", None),
+                cached_tokens=getattr(details, "cached_tokens", None),
+            )
         return answer
 
     async def plain(self) -> _Answer:
@@ -158,6 +166,48 @@ class Prober:
         return Check("image", "fail", f"image part refused ({answer.message[:120]}); no fallback")
 
 
+    async def check_prefix(self, with_image: bool) -> Check:
+        """Two requests laid out as the role's are (instructions, placeholder, image or items) that
+        differ only after the instructions: how much of the second the server's prefix cache served.
+        Catches an image rendered before the instructions, and prefix caching left off."""
+        answers = []
+        for variant in (0, 1):
+            content: list[dict[str, Any]] = [{"type": "text", "text": _PREFIX_TEXT}]
+            if with_image:
+                if self.role.image_placeholder:
+                    content.append({"type": "text", "text": self.role.image_placeholder})
+                content.append({"type": "image_url", "image_url": {"url": _probe_image_uri(variant)}})
+            content.append({"type": "text", "text": f"Item {variant + 1}: a lighthouse at dusk."})
+            processor = dict(self.role.mm_processor_kwargs) if with_image else {}
+            answers.append(await self.ask(content, 1, {"mm_processor_kwargs": processor} if processor else None))
+        second = answers[1]
+        if not second.answered:
+            return Check("prefix", "fallback", f"not measured: {second.message[:100]}")
+        if second.cached_tokens is None:
+            return Check("prefix", "ok", "not reported by the server (vLLM: --enable-prompt-tokens-details)")
+        if second.cached_tokens == 0:
+            return Check(
+                "prefix",
+                "fallback",
+                "no prompt token of a second request with the same instructions came from the prefix "
+                "cache: prefix caching is off, or the image is rendered before the instructions (set "
+                "image_placeholder; vLLM: --chat-template-content-format string). Runs work, at full "
+                "prefill cost",
+            )
+        return Check(
+            "prefix",
+            "ok",
+            f"{second.cached_tokens} of {second.prompt_tokens} prompt tokens of a second request with the "
+            "same instructions came from the prefix cache",
+        )
+
+
+# About 150 tokens of fixed instructions: several KV blocks, so a cache hit is visible.
+_PREFIX_TEXT = " ".join(
+    ["Lenses prefix-cache probe. Read the instructions, then the image or item that follows them."] * 8
+)
+
+
 def _json_request(mode: str) -> tuple[str, int, dict[str, Any] | None]:
     if mode == "json_schema":
         fmt = {"type": "json_schema", "json_schema": {"name": "LensesProbe", "schema": PROBE_SCHEMA}}
@@ -178,11 +228,11 @@ def _is_json(content: str | None, strict: bool) -> bool:
     return isinstance(value, dict)
 
 
-def _probe_image_uri() -> str:
+def _probe_image_uri(variant: int = 0) -> str:
     from PIL import Image
 
     buffer = io.BytesIO()
-    Image.new("RGB", (32, 32), (200, 30, 30)).save(buffer, format="PNG")
+    Image.new("RGB", (32, 32), ((200, 30, 30), (30, 90, 200))[variant % 2]).save(buffer, format="PNG")
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 

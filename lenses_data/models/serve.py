@@ -50,7 +50,9 @@ def vllm_args(role: RoleConfig, tensor_parallel: int) -> list[str]:
         limits = {"image": serve.images_per_prompt, "video": 0}
         args += ["--limit-mm-per-prompt", json.dumps(limits, separators=(",", ":"))]
     if serve.enable_prefix_caching:
-        args.append("--enable-prefix-caching")
+        # Tokens details: each answer's usage says how many prompt tokens the cache served
+        # (usage.prompt_tokens_details.cached_tokens), so a deployment can see the cache work.
+        args += ["--enable-prefix-caching", "--enable-prompt-tokens-details"]
     if serve.chat_template_content_format != "auto":
         # Pinned, not detected from the template: the client's image placeholder (RoleConfig.
         # image_placeholder) stays where it was written only in the "string" format.

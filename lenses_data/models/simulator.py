@@ -52,6 +52,7 @@ from lenses_data.models.simfaults import (
 )
 from lenses_data.models.simrecord import recorded_body
 from lenses_data.models.types import KEY_HEADER, SIMULATED_MODEL_PREFIX
+from lenses_data.models.vllm_prompt import PrefixCache, prompt_units
 
 FAULT_KINDS = (
     "http_500",
@@ -162,6 +163,12 @@ class SimState:
         self.filled: asyncio.Event | None = None  # created in the server's loop on first use
         self.clock = ReplicaClock(config.replicas)
         self.recorded: deque[dict[str, Any]] = deque(maxlen=config.record_requests or None)
+        # Which leading prompt tokens vLLM's prefix cache would serve (reported, not timed: the
+        # latency model charges the whole prompt).
+        self.prefix_cache = PrefixCache()
+
+    def cached_tokens(self, body: dict[str, Any], prompt_tokens: int) -> int:
+        return min(self.prefix_cache.lookup_and_insert(prompt_units(body)), max(0, prompt_tokens - 1))
 
     def record(self, key: str, body: dict[str, Any]) -> None:
         if self.config.record_requests:
@@ -317,7 +324,10 @@ async def _respond(
         state.server_faults["truncate_json"] = state.server_faults.get("truncate_json", 0) + 1
         contents = cut
     completion = completion_payload(body, contents)
-    await _sleep(state.delay_for(digest, completion["usage"], fault))
+    usage = completion["usage"]
+    cached = state.cached_tokens(body, usage["prompt_tokens"])
+    await _sleep(state.delay_for(digest, usage, fault))
+    usage["prompt_tokens_details"] = {"cached_tokens": cached}  # as vLLM reports it
     payload = json.dumps(completion).encode()
     if fault == "drop":
         return DroppedResponse(payload)

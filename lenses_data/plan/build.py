@@ -189,6 +189,7 @@ def build_plan(
         run_funnel=run_f,
         target_funnel=target,
         rates=rates,
+        run_stats=stats,
         stages=stages,
         total_gpu_hours=sum(s.gpu_hours for s in stages),
         wall_clock_hours=sum(s.wall_clock_hours for s in stages),
@@ -218,8 +219,9 @@ def assumption_lines(table: ThroughputTable, run_f: Funnel, target: Funnel, stat
             if a.prefix_cache
             else "off; every prompt token is prefilled."
         ),
-        "Candidates of one image and kind share instructions + image, so the prefix cache serves the "
-        "image (and skips the encoder) for all but the first."
+        "Candidates of one image and kind share instructions + image and go to one replica (the "
+        "client's image affinity), so the prefix cache serves the image (and skips the encoder) for "
+        "all but the first."
         if a.share_candidate_prefix and a.prefix_cache
         else "Every generation request prefills and encodes its image.",
         "Prefill and decode times add up (no credit for chunked prefill overlapping them); the first "

@@ -83,6 +83,9 @@ class StageStats(_Model):
     prefix_words: float = 0
     completion: float = 0
     answers_per_image: int = 1
+    cached: float = Field(0, description="Prompt tokens the server's prefix cache served (where reported)")
+    cached_reported: int = Field(0, description="Requests whose usage reported cached tokens")
+    prompt_of_reported: float = Field(0, description="Prompt tokens of those requests")
 
 
 class Funnel(_Model):
@@ -126,6 +129,7 @@ class Plan(_Model):
     run_funnel: Funnel
     target_funnel: Funnel
     rates: dict[str, Rates]
+    run_stats: dict[str, StageStats] = Field(default_factory=dict, description="What the run measured")
     stages: list[StagePlan]
     total_gpu_hours: float
     wall_clock_hours: float

@@ -289,3 +289,21 @@ def test_generation_decode_follows_the_run_and_the_sharing(real_run: Path) -> No
     # Off: every stage uses the model's reference sequence from the table.
     assert reference.decode_tokens_per_s == pytest.approx(ref_plan.rates[INTERNVL].decode_tokens_per_s)
     assert reference.decode_unique_tokens == load_table().models[INTERNVL].decode_unique_tokens
+
+
+def test_measured_prefix_cache_use_is_summed_and_printed(real_run: Path) -> None:
+    from lenses_data.commands.plan import format_plan
+
+    # A second generate shard whose server reported cached tokens (vLLM's prompt_tokens_details).
+    usage = {"prompt_tokens": 2000, "completion_tokens": 301, "total_tokens": 2301, "cached_tokens": 1500}
+    entries = [
+        JournalEntry(hash=f"g{n}", key=f"generate:j{n}:caption:0", role="generator", model=INTERNVL,
+                     usage=usage, status="ok", raw="x")
+        for n in range(4)
+    ]  # fmt: skip
+    _write(real_run, "generate", 1, entries)
+    stats = read_stage_stats(real_run)
+    assert (stats["generate"].cached, stats["generate"].cached_reported) == (6000, 4)
+    assert stats["filter"].cached_reported == 0
+    text = format_plan(build_plan(real_run, table=_table()))
+    assert "generate: 75% of prompt tokens (4 of 20 requests reported)" in text

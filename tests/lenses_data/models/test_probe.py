@@ -65,7 +65,8 @@ def test_healthy_simulator_passes_every_check(sim_url: str) -> None:
     for report in reports:
         assert report.ok and report.simulated is True
         assert {c.status for c in report.checks} == {"ok"}
-        assert [c.capability for c in report.checks] == ["model", *probe.ROLE_NEEDS[report.role]]
+        # `lenses check` also measures the prefix cache (two more requests; not before each stage).
+        assert [c.capability for c in report.checks] == ["model", *probe.ROLE_NEEDS[report.role], "prefix"]
     assert reports[2].json_mode == "json_schema"
     assert reports[0].choice_style == "guided"  # the pinned vLLM 0.10.1.1 speaks guided_choice
 
@@ -170,7 +171,8 @@ def test_check_command_reports_and_gates(simulator, tmp_path: Path, capsys) -> N
 
 
 def test_image_probe_sends_the_roles_processor_settings(simulator) -> None:
-    """A server refusing the filter's one-tile setting must fail the probe, not every request."""
+    """A server refusing the filter's one-tile setting, or counting the role's image placeholder
+    differently, must fail the probe, not every request."""
     import httpx
 
     with simulator(record_requests=50) as url:
@@ -183,3 +185,7 @@ def test_image_probe_sends_the_roles_processor_settings(simulator) -> None:
     assert report.ok
     with_image = [b for b in bodies if any(isinstance(m["content"], list) for m in b["messages"])]
     assert with_image and all(b.get("mm_processor_kwargs") == {"max_dynamic_patch": 1} for b in with_image)
+    for body in with_image:  # the placeholder as the role's requests write it, just before the image
+        kinds = [(part["type"], part.get("text")) for part in body["messages"][0]["content"]]
+        slot = kinds.index(("image_url", None))
+        assert kinds[slot - 1] == ("text", config.filter.image_placeholder) == ("text", "<image>")

@@ -24,6 +24,7 @@ from lenses_data.models.messages import request_hash
 from lenses_data.models.serve import vllm_args
 from lenses_data.models.simulator import SimConfig, run_in_thread
 from lenses_data.models.testing import sim_models_config
+from lenses_data.models.vllm_prompt import render_string_turn
 from lenses_data.prompts import get_template
 from lenses_data.stages import filter as filter_stage
 from lenses_data.stages import generate, validate
@@ -73,17 +74,6 @@ def _sent(rows: list[dict[str, Any]], placeholder: str | None = INTERNVL_IMAGE_P
         return httpx.get(url.removesuffix("/v1") + "/sim/requests", timeout=5).json()["requests"]
 
 
-def vllm_string_prompt(content: list[dict[str, Any]], placeholder: str) -> str:
-    """The user turn as vLLM 0.10.1.1 renders it for a chat template of the "string" content format
-    (InternVL's), without --interleave-mm-strings: the text parts joined with newlines, and each image
-    whose placeholder the text does not already hold put in FRONT of it
-    (vllm/entrypoints/chat_utils.py, `_get_full_multimodal_text_prompt`)."""
-    text = "\n".join(part["text"] for part in content if part["type"] == "text")
-    images = sum(part["type"] == "image_url" for part in content)
-    missing = max(0, images - text.count(placeholder))
-    return "\n".join([placeholder] * missing + [text])
-
-
 def _by_role(sent: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     by_role: dict[str, list[dict[str, Any]]] = {}
     for record in sent:
@@ -121,7 +111,7 @@ def test_filter_one_tile_others_full_tiling_static_text_first(rows: list[dict[st
             assert image["type"] == "image_url"
             assert all(part["type"] == "text" for part in rest)
             # What the model reads after vLLM renders the turn: still the instructions first.
-            prompt = vllm_string_prompt(user["content"], INTERNVL_IMAGE_PLACEHOLDER)
+            prompt = render_string_turn(user["content"], INTERNVL_IMAGE_PLACEHOLDER)
             assert prompt.startswith(first["text"] + "\n" + INTERNVL_IMAGE_PLACEHOLDER)
             assert prompt.count(INTERNVL_IMAGE_PLACEHOLDER) == 1
         prefixes = {body["messages"][0]["content"][0]["text"] for body in bodies}
@@ -135,7 +125,7 @@ def test_without_the_placeholder_vllm_would_put_the_image_first(rows: list[dict[
     for body in by_role["filter"] + by_role["generator"]:
         (user,) = [m for m in body["messages"] if m["role"] == "user"]
         assert [part["type"] for part in user["content"]][:2] == ["text", "image_url"]
-        prompt = vllm_string_prompt(user["content"], INTERNVL_IMAGE_PLACEHOLDER)
+        prompt = render_string_turn(user["content"], INTERNVL_IMAGE_PLACEHOLDER)
         assert prompt.startswith(INTERNVL_IMAGE_PLACEHOLDER + "\n")
 
 
@@ -152,7 +142,7 @@ def test_a_placeholder_inside_a_text_is_defused(tmp_path: Path) -> None:
         after_image_text='[{"Caption": "An <image> of a cat"}]',
     )
     content = build_messages(request, "data:image/jpeg;base64,AA==", placeholder="<image>")[0]["content"]
-    prompt = vllm_string_prompt(content, "<image>")
+    prompt = render_string_turn(content, "<image>")
     assert prompt.count("<image>") == 1
     assert "An < image> of a cat" in prompt and prompt.index("<image>") > prompt.index("Check the")
 
