@@ -17,6 +17,8 @@ from typing import Any
 
 INTERNVL_PLACEHOLDER = "<image>"
 BLOCK_TOKENS = 16  # vLLM's default KV block size
+# About one H200 replica's KV cache for a 38B model: ~46 GB at 0.25 MiB a token is ~184k tokens.
+REPLICA_CACHE_BLOCKS = 184_000 // BLOCK_TOKENS
 
 
 def render_string_turn(content: str | list[dict[str, Any]], placeholder: str = INTERNVL_PLACEHOLDER) -> str:
@@ -61,7 +63,7 @@ class PrefixCache:
     """Blocks of `BLOCK_TOKENS` units keyed by their content and everything before them, least
     recently used forgotten first: how many leading units of a prompt a replica has cached."""
 
-    def __init__(self, max_blocks: int = 200_000) -> None:
+    def __init__(self, max_blocks: int = REPLICA_CACHE_BLOCKS) -> None:
         self.max_blocks = max_blocks
         self._blocks: OrderedDict[str, None] = OrderedDict()
 
