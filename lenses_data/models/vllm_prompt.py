@@ -11,7 +11,6 @@ the tests use the rendering to check where the image lands.
 
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict
 from typing import Any
 
@@ -32,13 +31,15 @@ def render_string_turn(content: str | list[dict[str, Any]], placeholder: str = I
 
 
 def _image_refs(content: str | list[dict[str, Any]]) -> list[str]:
+    """One identity per image, stable within this process (the data URI's own str hash: cheap, and a
+    simulator's cache lives in one process)."""
     if isinstance(content, str):
         return []
     refs = []
     for part in content:
         if part.get("type") == "image_url":
             url = part.get("image_url") or {}
-            refs.append(str(url.get("sha256") or hashlib.sha256(str(url.get("url", "")).encode()).hexdigest()))
+            refs.append(str(url.get("sha256") or f"{hash(str(url.get('url', ''))):x}"))
     return refs
 
 
@@ -65,17 +66,17 @@ class PrefixCache:
 
     def __init__(self, max_blocks: int = REPLICA_CACHE_BLOCKS) -> None:
         self.max_blocks = max_blocks
-        self._blocks: OrderedDict[str, None] = OrderedDict()
+        # Keys chain Python's tuple hash (64 bits, per process): this cache never leaves its process.
+        self._blocks: OrderedDict[int, None] = OrderedDict()
 
     def lookup_and_insert(self, units: list[str]) -> int:
         """Units of `units` served from the cache (whole blocks, at most all but the last unit,
         as vLLM computes at least one token); then the prompt's full blocks are cached."""
-        digest = hashlib.sha256()
+        key = 0
         hits, hitting = 0, True
         full = len(units) // BLOCK_TOKENS
         for index in range(full):
-            digest.update("\x1f".join(units[index * BLOCK_TOKENS : (index + 1) * BLOCK_TOKENS]).encode())
-            key = digest.hexdigest()
+            key = hash((key, *units[index * BLOCK_TOKENS : (index + 1) * BLOCK_TOKENS]))
             if hitting and key in self._blocks:
                 hits += BLOCK_TOKENS
                 self._blocks.move_to_end(key)
