@@ -151,20 +151,29 @@ class Prober:
 
     async def check_image(self) -> Check:
         content = [{"type": "text", "text": "What colour is this image? One word."}]
-        if self.role.image_placeholder:  # as the role's requests write it: a server that counts
-            content.append({"type": "text", "text": self.role.image_placeholder})  # it must agree
-        content.append({"type": "image_url", "image_url": {"url": _probe_image_uri()}})
+        content += self.image_parts(0)
         # As the role's real requests do: a server that refuses the role's processor settings
         # (e.g. the filter's one-tile `mm_processor_kwargs`) must fail here, not on every request.
         processor = dict(self.role.mm_processor_kwargs)
-        extra_body = {"mm_processor_kwargs": processor} if processor else None
-        answer = await self.ask(content, max_tokens=8, extra_body=extra_body)
+        answer = await self.ask(content, max_tokens=8, extra_body=self.image_body())
         if answer.answered:
             what = f"image part with mm_processor_kwargs {processor}" if processor else "image part"
             return Check("image", "ok", f"{what} accepted")
         await self.down_unless_plain_works(answer)
         return Check("image", "fail", f"image part refused ({answer.message[:120]}); no fallback")
 
+
+    def image_body(self) -> dict[str, Any] | None:
+        """The role's per-request processor settings, as its image requests send them."""
+        processor = dict(self.role.mm_processor_kwargs)
+        return {"mm_processor_kwargs": processor} if processor else None
+
+    def image_parts(self, variant: int) -> list[dict[str, Any]]:
+        """The probe image as the role's requests send one: after the role's placeholder, if any
+        (a server that counts placeholders must agree with it)."""
+        slot = self.role.image_placeholder
+        parts: list[dict[str, Any]] = [{"type": "text", "text": slot}] if slot else []
+        return parts + [{"type": "image_url", "image_url": {"url": _probe_image_uri(variant)}}]
 
     async def check_prefix(self, with_image: bool) -> Check:
         """Two requests laid out as the role's are (instructions, placeholder, image or items) that
@@ -174,12 +183,9 @@ class Prober:
         for variant in (0, 1):
             content: list[dict[str, Any]] = [{"type": "text", "text": _PREFIX_TEXT}]
             if with_image:
-                if self.role.image_placeholder:
-                    content.append({"type": "text", "text": self.role.image_placeholder})
-                content.append({"type": "image_url", "image_url": {"url": _probe_image_uri(variant)}})
+                content += self.image_parts(variant)
             content.append({"type": "text", "text": f"Item {variant + 1}: a lighthouse at dusk."})
-            processor = dict(self.role.mm_processor_kwargs) if with_image else {}
-            answers.append(await self.ask(content, 1, {"mm_processor_kwargs": processor} if processor else None))
+            answers.append(await self.ask(content, 1, self.image_body() if with_image else None))
         second = answers[1]
         if not second.answered:
             return Check("prefix", "fallback", f"not measured: {second.message[:100]}")
