@@ -143,13 +143,20 @@ def format_plan(plan: Any) -> str:
                 f"(reads {s.decode_context_tokens:,.0f} KV tokens a step, holds "
                 f"{s.decode_unique_tokens:,.0f} of its own)"
             )
+    # Over all of a stage's prompt tokens: vLLM leaves the field out of a request that missed the
+    # cache, so the share among reporting requests alone would count only the hits.
     measured = [
-        f"  {name}: {st.cached / st.prompt_of_reported:.0%} of prompt tokens "
-        f"({st.cached_reported:,} of {st.requests:,} requests reported)"
+        f"  {name}: {st.cached / st.prompt:.0%} of prompt tokens "
+        f"({st.cached_reported:,} of {st.requests:,} requests reported a hit)"
         for name, st in plan.run_stats.items()
-        if st.cached_reported and st.prompt_of_reported
+        if st.cached_reported and st.prompt
     ]
     if measured:
-        lines += ["", "prefix cache in the run (usage.prompt_tokens_details.cached_tokens):", *measured]
+        lines += [
+            "",
+            "prefix cache in the run (usage.prompt_tokens_details.cached_tokens; a request without it "
+            "counts as a miss):",
+            *measured,
+        ]
     lines += ["", "assumptions:"] + [f"  - {line}" for line in plan.assumptions]
     return "\n".join(lines)

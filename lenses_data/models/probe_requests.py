@@ -178,33 +178,42 @@ class Prober:
     async def check_prefix(self, with_image: bool) -> Check:
         """Two requests laid out as the role's are (instructions, placeholder, image or items) that
         differ only after the instructions: how much of the second the server's prefix cache served.
-        Catches an image rendered before the instructions, and prefix caching left off."""
+        Catches an image rendered before the instructions, and prefix caching left off.
+
+        vLLM reports `cached_tokens` only for a hit and leaves the field out of a miss, so a silent
+        second answer is told apart by a third request repeating it word for word: if the server
+        reports a hit for that, the silence was a miss."""
         answers = []
-        for variant in (0, 1):
+        for variant in (0, 1, 1):
             content: list[dict[str, Any]] = [{"type": "text", "text": _PREFIX_TEXT}]
             if with_image:
                 content += self.image_parts(variant)
             content.append({"type": "text", "text": f"Item {variant + 1}: a lighthouse at dusk."})
             answers.append(await self.ask(content, 1, self.image_body() if with_image else None))
-        second = answers[1]
-        if not second.answered:
-            return Check("prefix", "fallback", f"not measured: {second.message[:100]}")
-        if second.cached_tokens is None:
-            return Check("prefix", "ok", "not reported by the server (vLLM: --enable-prompt-tokens-details)")
-        if second.cached_tokens == 0:
+            if not answers[-1].answered:
+                return Check("prefix", "fallback", f"not measured: {answers[-1].message[:100]}")
+        _, second, repeat = answers
+        if second.cached_tokens:
+            return Check(
+                "prefix",
+                "ok",
+                f"{second.cached_tokens} of {second.prompt_tokens} prompt tokens of a second request "
+                "with the same instructions came from the prefix cache",
+            )
+        if repeat.cached_tokens:
             return Check(
                 "prefix",
                 "fallback",
                 "no prompt token of a second request with the same instructions came from the prefix "
-                "cache: prefix caching is off, or the image is rendered before the instructions (set "
-                "image_placeholder; vLLM: --chat-template-content-format string). Runs work, at full "
-                "prefill cost",
+                f"cache, though {repeat.cached_tokens} of a word-for-word repeat did: the image is "
+                "rendered before the instructions (set image_placeholder; vLLM: "
+                "--chat-template-content-format string). Runs work, at full prefill cost",
             )
         return Check(
             "prefix",
             "ok",
-            f"{second.cached_tokens} of {second.prompt_tokens} prompt tokens of a second request with the "
-            "same instructions came from the prefix cache",
+            "not measured: no cached tokens reported even for a word-for-word repeat (prefix caching "
+            "off, or not reported; vLLM: --enable-prefix-caching, --enable-prompt-tokens-details)",
         )
 
 

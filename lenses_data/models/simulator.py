@@ -327,7 +327,10 @@ async def _respond(
     usage = completion["usage"]
     cached = state.cached_tokens(body, usage["prompt_tokens"])
     await _sleep(state.delay_for(digest, usage, fault))
-    usage["prompt_tokens_details"] = {"cached_tokens": cached}  # as vLLM reports it
+    if cached:
+        # As vLLM reports it: with --enable-prompt-tokens-details, and only when something was
+        # cached (0.10.1.1 serving_chat.py leaves the field out of a miss, it does not write 0).
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
     payload = json.dumps(completion).encode()
     if fault == "drop":
         return DroppedResponse(payload)

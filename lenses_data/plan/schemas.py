@@ -84,8 +84,9 @@ class StageStats(_Model):
     completion: float = 0
     answers_per_image: int = 1
     cached: float = Field(0, description="Prompt tokens the server's prefix cache served (where reported)")
-    cached_reported: int = Field(0, description="Requests whose usage reported cached tokens")
-    prompt_of_reported: float = Field(0, description="Prompt tokens of those requests")
+    cached_reported: int = Field(
+        0, description="Requests whose usage reported cached tokens (vLLM reports a hit, leaves out a miss)"
+    )
 
 
 class Funnel(_Model):

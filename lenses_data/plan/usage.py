@@ -64,7 +64,6 @@ def read_stage_stats(run: str | Path, entries: Iterable[JournalEntry] | None = N
         if "cached_tokens" in entry.usage:  # vLLM --enable-prompt-tokens-details, the simulator
             s.cached += int(entry.usage["cached_tokens"])
             s.cached_reported += 1
-            s.prompt_of_reported += int(entry.usage.get("prompt_tokens", 0))
         if stage == "generate" and entry.key.count(":") >= 3:
             s.answers_per_image = max(s.answers_per_image, int(entry.key.split(":")[3]) + 1)
     return stats

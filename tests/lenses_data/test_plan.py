@@ -306,4 +306,8 @@ def test_measured_prefix_cache_use_is_summed_and_printed(real_run: Path) -> None
     assert (stats["generate"].cached, stats["generate"].cached_reported) == (6000, 4)
     assert stats["filter"].cached_reported == 0
     text = format_plan(build_plan(real_run, table=_table()))
-    assert "generate: 75% of prompt tokens (4 of 20 requests reported)" in text
+    # The other 16 requests reported nothing, which vLLM does for a miss: they count as 0 cached,
+    # so the share is below the 75% of the four that reported.
+    share = 6000 / stats["generate"].prompt
+    assert share < 0.75
+    assert f"generate: {share:.0%} of prompt tokens (4 of 20 requests reported a hit)" in text

@@ -63,7 +63,8 @@ def _cached(simulator, rows, placeholder: str | None) -> list[tuple[int, int]]:
         config.generator.image_placeholder = placeholder
         results = ModelClient(config).run_sync(requests, lambda raw: raw)
     assert all(r.ok for r in results)
-    return [(r.usage["cached_tokens"], r.usage["prompt_tokens"]) for r in results]
+    # As vLLM does, the simulator reports cached tokens only for a hit: a miss has no field.
+    return [(r.usage.get("cached_tokens", 0), r.usage["prompt_tokens"]) for r in results]
 
 
 def test_the_client_keeps_the_cached_tokens_the_server_reports(simulator, rows) -> None:
@@ -93,3 +94,17 @@ def test_lenses_check_reports_whether_the_instructions_are_cached(simulator) -> 
     assert prefix(moved).status == "fallback"
     assert "image is rendered before the instructions" in prefix(moved).detail
     assert prefix(text_only).status == "ok"
+
+
+def test_a_server_that_never_reports_the_cache_reads_not_measured() -> None:
+    """A server with no `prompt_tokens_details` (llama-cpp-python's habit; vLLM without
+    --enable-prompt-tokens-details) is not taken for an image rendered first: the word-for-word
+    repeat gets no hit either, so the check says it could not measure."""
+    from tests.lenses_data.models.fakeserver import FakeServer, serving
+
+    with serving(FakeServer(served=("test/validator",))) as url:
+        config = sim_models_config([url], timeout_s=5)
+        config.validator.model = "test/validator"
+        (report,) = probe.check_roles(config, ["validator"])
+    (prefix,) = [c for c in report.checks if c.capability == "prefix"]
+    assert prefix.status == "ok" and prefix.detail.startswith("not measured")

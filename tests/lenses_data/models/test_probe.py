@@ -65,7 +65,7 @@ def test_healthy_simulator_passes_every_check(sim_url: str) -> None:
     for report in reports:
         assert report.ok and report.simulated is True
         assert {c.status for c in report.checks} == {"ok"}
-        # `lenses check` also measures the prefix cache (two more requests; not before each stage).
+        # `lenses check` also measures the prefix cache (three more requests; not before each stage).
         assert [c.capability for c in report.checks] == ["model", *probe.ROLE_NEEDS[report.role], "prefix"]
     assert reports[2].json_mode == "json_schema"
     assert reports[0].choice_style == "guided"  # the pinned vLLM 0.10.1.1 speaks guided_choice
