@@ -21,8 +21,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Send each role's endpoint one cheap request per capability the pipeline needs from it "
         "(filter: choice + image; generator: JSON + image; validator: JSON; visual_validator: JSON + "
         "image), then two requests with the same instructions to see how much the server's prefix cache "
-        "served (cached_tokens; a zero means the image is rendered before the instructions or caching "
-        "is off). Exits 1 when a role cannot work, so it can gate a run.",
+        "served (cached_tokens). vLLM reports only hits, so a silent second answer is followed by a "
+        "word-for-word repeat: a hit there means the second missed (fallback: the image is rendered "
+        "before the instructions); no hit reads 'not measured' (caching or its reporting is off). "
+        "Exits 1 when a role cannot work, so it can gate a run.",
     )
     parser.add_argument("--config", help="pipeline YAML config (default: built-in defaults)")
     parser.add_argument(

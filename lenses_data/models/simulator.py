@@ -247,6 +247,7 @@ def create_app(config: SimConfig | None = None) -> Starlette:
         state.server_faults.clear()
         state.recorded.clear()
         state.max_in_flight = state.in_flight
+        state.prefix_cache = PrefixCache()  # as a restarted server: measurements start cold
         return JSONResponse({"reset": True})
 
     async def chat(request: Request) -> Response:
