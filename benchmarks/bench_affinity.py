@@ -38,7 +38,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_client_images import make_images  # noqa: E402
 
 from lenses_data.config.annotate import AnnotateConfig  # noqa: E402
-from lenses_data.models import endpoints  # noqa: E402
 from lenses_data.models.client import ModelClient, ModelRequest, ModelResult  # noqa: E402
 from lenses_data.models.testing import sim_models_config, sim_stats, spawn_simulator  # noqa: E402
 from lenses_data.stages import generate  # noqa: E402
@@ -59,19 +58,15 @@ def stage_requests(images: list[Path], answers: int, tag: str) -> list[ModelRequ
 
 
 def run_variant(variant: str, urls: list[str], requests: list[ModelRequest], slots: int) -> tuple[float, list]:
-    """(requests/s, results). Least-outstanding is the same pool remembering no image."""
+    """(requests/s, results); least-outstanding is `models.generator.image_affinity: false`."""
     for url in urls:
         httpx.post(url.removesuffix("/v1") + "/sim/reset", timeout=5)
-    keep = endpoints.AFFINITY_KEYS_PER_SLOT
-    endpoints.AFFINITY_KEYS_PER_SLOT = keep if variant == "affinity" else 0
-    try:
-        config = sim_models_config(urls, timeout_s=120, concurrency=slots)
-        client = ModelClient(config.model_copy(update={"progress_interval_s": 3600}))
-        start = time.perf_counter()
-        results = client.run_sync(requests, lambda raw: raw)
-        elapsed = time.perf_counter() - start
-    finally:
-        endpoints.AFFINITY_KEYS_PER_SLOT = keep
+    config = sim_models_config(urls, timeout_s=120, concurrency=slots)
+    config.generator.image_affinity = variant == "affinity"
+    client = ModelClient(config.model_copy(update={"progress_interval_s": 3600}))
+    start = time.perf_counter()
+    results = client.run_sync(requests, lambda raw: raw)
+    elapsed = time.perf_counter() - start
     failed = [r for r in results if not r.ok]
     if failed:
         raise RuntimeError(f"{variant}: {len(failed)} failed, first {failed[0].error_message}")

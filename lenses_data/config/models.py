@@ -99,6 +99,13 @@ class RoleConfig(Section):
         "the message, before the static instructions, so the prefix cache would never serve them. "
         "null: the server places the image by the order of the content parts",
     )
+    image_affinity: bool = Field(
+        default=True,
+        description="Send the requests of one image to the endpoint that served it last, waiting for a "
+        "free slot there, so the replica's prefix cache serves the image and instructions again. false: "
+        "least-outstanding balancing only (servers without prefix caching; one URL fronting many "
+        "replicas, where the client cannot choose). Does not change answers",
+    )
     serve: ServeConfig = Field(default_factory=ServeConfig)
 
 

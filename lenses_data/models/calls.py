@@ -178,7 +178,8 @@ async def _answer(
     raw, model, simulated = None, rt.role.model, False
     error = AnswerError(codes.EMPTY_ANSWER, "no answer")
     for _ask in range(rt.retry.max_reasks + 1):
-        outcome = await _call(rt, body, headers, image.sha256 if image else None)
+        affinity = image.sha256 if image and rt.role.image_affinity else None
+        outcome = await _call(rt, body, headers, affinity)
         calls += outcome.calls
         if outcome.error_code is not None or outcome.completion is None:
             error = AnswerError(outcome.error_code or codes.TRANSPORT_ERROR, outcome.error_message or "")

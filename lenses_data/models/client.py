@@ -231,6 +231,9 @@ class ModelClient:
         runtime.images = ImagePrefetch(requests[i].image_path for i in indices)
         runtime.images.start()
         try:
+            # One worker per slot. A worker waiting for its image's replica can leave a slot
+            # elsewhere idle; extra workers won that back only at 2 slots an endpoint, and would
+            # send requests after an outage is declared (docs/benchmarks.md, bench_affinity).
             workers = min(len(indices), runtime.pool.capacity)
             await asyncio.gather(*(worker() for _ in range(workers)))
         finally:

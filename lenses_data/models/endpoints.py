@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +21,8 @@ from lenses_data.models import types as codes
 # (measured with 512 px image requests: 20 % fewer function calls per request than shards of 32).
 CONNECTIONS_PER_SHARD = 8
 # Affinity keys remembered per unit of pool capacity: enough to cover every request in flight and
-# the ones just finished (whose prefix is still in the replica's cache), bounded in memory.
+# the ones just finished (whose prefix is still in the replica's cache), bounded in memory. A key
+# with a request waiting or in flight is never forgotten (its answers would split over replicas).
 AFFINITY_KEYS_PER_SLOT = 4
 
 
@@ -91,6 +92,7 @@ class EndpointPool:
         self._changed = asyncio.Condition()
         self._affinity: OrderedDict[str, Endpoint] = OrderedDict()
         self._affinity_limit = AFFINITY_KEYS_PER_SLOT * self.capacity
+        self._key_users: Counter[str] = Counter()  # requests waiting or in flight, per key
 
     @property
     def capacity(self) -> int:
@@ -109,7 +111,10 @@ class EndpointPool:
         self._affinity[affinity] = endpoint
         self._affinity.move_to_end(affinity)
         while len(self._affinity) > self._affinity_limit:
-            self._affinity.popitem(last=False)
+            idle = next((key for key in self._affinity if not self._key_users[key]), None)
+            if idle is None:
+                break
+            del self._affinity[idle]
 
     def affinity_endpoint(self, affinity: str) -> str | None:
         """The URL requests with this key go to (None: not bound)."""
@@ -117,6 +122,22 @@ class EndpointPool:
         return bound.url if bound is not None else None
 
     async def acquire(self, affinity: str | None = None) -> Endpoint:
+        """A slot on an endpoint; every acquire is paired with one `release` with the same key."""
+        if affinity is not None:
+            self._key_users[affinity] += 1
+        try:
+            return await self._acquire(affinity)
+        except BaseException:  # cancelled while waiting: no release will follow
+            self._drop_user(affinity)
+            raise
+
+    def _drop_user(self, affinity: str | None) -> None:
+        if affinity is not None:
+            self._key_users[affinity] -= 1
+            if not self._key_users[affinity]:
+                del self._key_users[affinity]
+
+    async def _acquire(self, affinity: str | None) -> Endpoint:
         async with self._changed:
             while True:
                 now = time.monotonic()
@@ -140,6 +161,7 @@ class EndpointPool:
         A failed call unbinds its affinity key, so the retry may go to another endpoint."""
         async with self._changed:
             endpoint.outstanding -= 1
+            self._drop_user(affinity)
             if healthy is True:
                 endpoint.consecutive_failures = 0
             elif healthy is False:
