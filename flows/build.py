@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from prefect import flow, get_run_logger
 
-from flows.common import load_run_config, run_lock, run_name_from_parameters
+from flows.common import load_run_config, one_cluster_per_build, run_lock, run_name_from_parameters
 from flows.failures import ParameterError, run_explained
 from flows.reporting import publish_funnel
 from flows.runlogs import lenses_logs_to_run
@@ -54,10 +54,11 @@ def run_all_stages(config: PipelineConfig, stop_after: str | None = None) -> lis
     check_run_settings(config.run_dir, config, order)  # before any work: no stage mixes old and new settings
     summaries = []
     try:
-        for stage_name in order:
-            summaries.append(run_stage_with_runner(stage_name, config))
-            if stage_name == stop_after:
-                break
+        with one_cluster_per_build(config) as staged:
+            for stage_name in order:
+                summaries.append(run_stage_with_runner(stage_name, staged))
+                if stage_name == stop_after:
+                    break
     finally:  # the funnel so far, also when a stage failed: what got through, and where it stopped
         if summaries:
             publish_funnel(config.run_dir, summaries)

@@ -121,3 +121,27 @@ def test_dask_runner_options_are_read_back_from_the_running_cluster(prefect_harn
         )
         address, shape = _run_on(remote)
     assert address == cluster.scheduler_address and shape == [("inproc", 1)]
+
+
+def test_a_build_starts_one_local_cluster_for_all_its_stages():
+    """Dask without an address: the build's stages share one LocalCluster (made from
+    `runner_options`), closed when the build ends; an address or the thread runner pass through."""
+    pytest.importorskip("prefect_dask")
+    import distributed
+
+    from flows.common import one_cluster_per_build
+
+    options = {"processes": False, "n_workers": 2, "threads_per_worker": 1, "dashboard_address": None}
+    config = config_from_dict({"orchestration": {"task_runner": "dask", "runner_options": options}}, environ={})
+    with one_cluster_per_build(config) as staged:
+        address = staged.orchestration.runner_address
+        assert address and staged.orchestration.runner_options == {}
+        with distributed.Client(address, timeout=10) as client:
+            assert len(client.scheduler_info()["workers"]) == 2
+    with pytest.raises(OSError), distributed.Client(address, timeout=1):
+        pass  # closed with the build
+
+    for kept in ({"task_runner": "thread"}, {"task_runner": "dask", "runner_address": "tcp://10.0.0.1:8786"}):
+        plain = config_from_dict({"orchestration": kept}, environ={})
+        with one_cluster_per_build(plain) as staged:
+            assert staged is plain
