@@ -83,6 +83,10 @@ def run_lock(config: PipelineConfig) -> Iterator[None]:
         yield
 
 
+def _missing(runner: str, package: str) -> RuntimeError:
+    return RuntimeError(f"task_runner {runner!r} needs `pip install {package}`")
+
+
 def make_task_runner(config: PipelineConfig):
     """Thread pool on one machine; Dask or Ray when configured and installed."""
     settings = config.orchestration
@@ -90,7 +94,7 @@ def make_task_runner(config: PipelineConfig):
         try:
             from prefect_dask import DaskTaskRunner
         except ImportError as error:
-            raise RuntimeError("task_runner 'dask' needs `pip install prefect-dask`") from error
+            raise _missing("dask", "prefect-dask") from error
         options = dict(settings.runner_options)
         if settings.runner_address:  # an existing cluster: the options go to its distributed.Client
             return DaskTaskRunner(address=settings.runner_address, client_kwargs=options or None)
@@ -100,7 +104,7 @@ def make_task_runner(config: PipelineConfig):
         try:
             from prefect_ray import RayTaskRunner
         except ImportError as error:
-            raise RuntimeError("task_runner 'ray' needs `pip install prefect-ray`") from error
+            raise _missing("ray", "prefect-ray") from error
         return RayTaskRunner(address=settings.runner_address, init_kwargs=settings.runner_options or None)
     from prefect.task_runners import ThreadPoolTaskRunner
 
@@ -121,7 +125,7 @@ def one_cluster_per_build(config: PipelineConfig) -> Iterator[PipelineConfig]:
     try:
         from distributed import LocalCluster
     except ImportError as error:
-        raise RuntimeError("task_runner 'dask' needs `pip install prefect-dask`") from error
+        raise _missing("dask", "prefect-dask") from error
     with LocalCluster(**settings.runner_options) as cluster:
         shared = settings.model_copy(update={"runner_address": cluster.scheduler_address, "runner_options": {}})
         yield config.model_copy(update={"orchestration": shared})

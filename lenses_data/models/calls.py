@@ -177,8 +177,8 @@ async def _answer(
     body, calls, usage = render_body(fields, messages, uri), 0, {}
     raw, model, simulated = None, rt.role.model, False
     error = AnswerError(codes.EMPTY_ANSWER, "no answer")
+    affinity = image.sha256 if image and rt.role.image_affinity else None
     for _ask in range(rt.retry.max_reasks + 1):
-        affinity = image.sha256 if image and rt.role.image_affinity else None
         outcome = await _call(rt, body, headers, affinity)
         calls += outcome.calls
         if outcome.error_code is not None or outcome.completion is None:

@@ -154,14 +154,13 @@ class Prober:
         content += self.image_parts(0)
         # As the role's real requests do: a server that refuses the role's processor settings
         # (e.g. the filter's one-tile `mm_processor_kwargs`) must fail here, not on every request.
-        processor = dict(self.role.mm_processor_kwargs)
+        processor = self.role.mm_processor_kwargs
         answer = await self.ask(content, max_tokens=8, extra_body=self.image_body())
         if answer.answered:
             what = f"image part with mm_processor_kwargs {processor}" if processor else "image part"
             return Check("image", "ok", f"{what} accepted")
         await self.down_unless_plain_works(answer)
         return Check("image", "fail", f"image part refused ({answer.message[:120]}); no fallback")
-
 
     def image_body(self) -> dict[str, Any] | None:
         """The role's per-request processor settings, as its image requests send them."""
