@@ -14,7 +14,12 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from lenses_data.config import ConfigError
-from lenses_data.models.types import CapabilityMissing, EndpointUnavailable, ModelServiceError
+from lenses_data.models.types import (
+    CapabilityMissing,
+    EndpointUnavailable,
+    ModelServiceError,
+    SystemicFailure,
+)
 from lenses_data.runlock import RunDirectoryInUse
 
 T = TypeVar("T")
@@ -24,6 +29,7 @@ PERMANENT: tuple[type[BaseException], ...] = (
     ConfigError,
     RunDirectoryInUse,
     CapabilityMissing,
+    SystemicFailure,  # the same request to the same server fails the same way
     ValueError,  # also pydantic's ValidationError and the stages' "no sources"
     TypeError,
     LookupError,
@@ -89,6 +95,8 @@ def _kind(error: BaseException) -> str:
         return "run directory busy"
     if isinstance(error, EndpointUnavailable):
         return "model endpoint unavailable (transient: a rerun resumes, answered calls are journaled)"
+    if isinstance(error, SystemicFailure):
+        return "model role's answers unusable for most of a shard (nothing rejected)"
     if isinstance(error, ModelServiceError):
         return "model endpoint cannot do the work"
     return type(error).__name__

@@ -15,6 +15,9 @@ INTERNVL = "OpenGVLab/InternVL3_5-38B"
 QWEN = "Qwen/Qwen2.5-32B-Instruct"
 # The vLLM release the launcher pins (see docs/serving.md for why this one).
 VLLM_VERSION = "0.10.1.1"
+# The first release that reads `structured_outputs: {"choice": [...]}` (its protocol.py); earlier ones
+# read only `guided_choice`, which 0.12.0 removed (an unknown field is ignored, not refused).
+STRUCTURED_OUTPUTS_SINCE = (0, 11, 0)
 # InternVL's dynamic tiling capped at one 448 px tile (no thumbnail is added to a single tile).
 FILTER_ONE_TILE: dict[str, Any] = {"max_dynamic_patch": 1}
 # The string vLLM's InternVL processor expands into the image's tokens (vllm/model_executor/models/
@@ -76,8 +79,9 @@ class RoleConfig(Section):
     max_concurrency: int = Field(default=64, ge=1, description="Requests in flight per endpoint")
     structured_outputs: Literal["auto", "structured_outputs", "guided", "none"] = Field(
         default="auto",
-        description="How to ask for a choice constraint: vLLM >= 0.10.2 `structured_outputs`, older "
-        "`guided_choice`, or none (tolerant parsing only). auto follows `ModelsConfig.vllm_version`.",
+        description="How to ask for a choice constraint: vLLM >= 0.11 `structured_outputs`, older "
+        "`guided_choice`, or none (tolerant parsing only). auto follows the version the server reports "
+        "(GET /version), else `ModelsConfig.vllm_version`.",
     )
     json_schema_mode: Literal["response_format", "json_object", "prompt", "none"] = Field(
         default="response_format",
@@ -117,6 +121,18 @@ class RetryConfig(Section):
     max_reasks: int = Field(default=2, ge=0, description="Re-asks after an unparseable/invalid answer")
     unhealthy_after: int = Field(default=3, ge=1, description="Consecutive failures that bench an endpoint")
     unhealthy_cooldown_s: float = Field(default=15.0, ge=0)
+    # A batch whose answers are mostly unusable is a broken request, server or model, not bad items
+    # (models/systemic.py): the shard fails (exit 4) instead of rejecting them.
+    systemic_min_failures: int = Field(
+        default=5, ge=1, description="Answer errors (and 4xx) in a batch before the share below is judged"
+    )
+    systemic_share: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="Share of a batch's answered requests that, failing with 4xx or answer errors, fails "
+        "the shard instead of rejecting its items",
+    )
 
 
 class JournalConfig(Section):
@@ -199,12 +215,10 @@ class ModelsConfig(Section):
             raise KeyError(f"unknown model role {name!r}; expected one of {ROLES}")
         return getattr(self, name)
 
-    def choice_style(self, role: str) -> str:
-        """The request field used for a choice constraint for this role."""
-        style = self.role(role).structured_outputs
-        if style != "auto":
-            return style
-        return "structured_outputs" if _version_tuple(self.vllm_version) >= (0, 10, 2) else "guided"
+    def choice_style(self, role: str, server_version: str | None = None) -> str:
+        """The request field for a choice constraint for this role: the role's setting, else what
+        the serving release understands (the server's reported version, else the pinned one)."""
+        return choice_field(self.role(role).structured_outputs, server_version or self.vllm_version)
 
 
 def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -218,9 +232,22 @@ def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _version_tuple(version: str) -> tuple[int, ...]:
+def choice_field(setting: str, version: str) -> str:
+    """A role's `structured_outputs` setting resolved for a release: `auto` becomes the field that
+    release reads."""
+    if setting != "auto":
+        return setting
+    return "structured_outputs" if version_tuple(version) >= STRUCTURED_OUTPUTS_SINCE else "guided"
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """'0.10.1.1' -> (0, 10, 1, 1); '0.32.0+cpu' -> (0, 32, 0); a pre-release tag counts as 0."""
     parts = []
-    for piece in version.split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
+    for piece in version.split("+")[0].split("."):
+        digits = ""
+        for ch in piece:
+            if not ch.isdigit():
+                break
+            digits += ch
         parts.append(int(digits) if digits else 0)
     return tuple(parts)

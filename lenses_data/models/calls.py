@@ -19,6 +19,7 @@ from lenses_data.models.messages import (
     IMAGE_SLOT,
     LoadedImage,
     build_messages,
+    fit_repeated_answer,
     load_image,
     reask_messages,
     render_body,
@@ -47,6 +48,9 @@ class RoleRuntime:
     # Durable write of a completed request (direct, or via the group committer when fsyncing).
     journal_put: Callable[[JournalEntry], Awaitable[None]] | None = None
     images: ImagePrefetch | None = None  # the batch's images, loaded ahead of its requests
+    # The served context of the role's model (the probe reads vLLM's /v1/models): a re-ask is cut
+    # to fit it. None: unknown, re-asks are sent whole.
+    context_tokens: int | None = None
 
 
 @dataclass
@@ -194,8 +198,13 @@ async def _answer(
             value = _parse_all(contents, finishes, parse, request.n)
         except AnswerError as exc:
             error = exc
-            conversation = reask_messages(messages, raw, f"{exc.code}: {exc.message}")
-            body = render_body(fields, conversation, uri)
+            problem = f"{exc.code}: {exc.message}"
+            repeated = fit_repeated_answer(
+                raw, completion.usage, problem, int(fields["max_tokens"]), rt.context_tokens
+            )
+            if repeated is None:  # even the note would pass the served context: no re-ask
+                break
+            body = render_body(fields, reask_messages(messages, repeated, problem), uri)
             continue
         result = ModelResult(
             key=request.key,

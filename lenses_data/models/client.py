@@ -28,6 +28,7 @@ from lenses_data.models.keys import resolve_api_key
 from lenses_data.models.messages import default_json_mode
 from lenses_data.models.probe import cached_probe
 from lenses_data.models.progress import Progress, reporting
+from lenses_data.models.systemic import FailureWatch
 from lenses_data.models.types import AnswerError, EndpointUnavailable, ModelRequest, ModelResult
 
 __all__ = ["AnswerError", "ModelClient", "ModelRequest", "ModelResult"]
@@ -133,6 +134,7 @@ class ModelClient:
             raise error
         runtime.json_mode, runtime.choice_style = report.json_mode, report.choice_style
         runtime.tolerant_choice = report.tolerant_choice
+        runtime.context_tokens = report.server.max_model_len if report.server else None
         runtime.simulated_endpoint = report.simulated
         return runtime
 
@@ -149,6 +151,7 @@ class ModelClient:
         committer, journal_put = self._journal_writer()
         runtimes: list[RoleRuntime] = []
         outage: list[tuple[RoleRuntime, ModelResult]] = []
+        watches = {name: FailureWatch.for_retry(name, self.config.retry) for name in by_role}
         try:
             for name, indices in by_role.items():
                 needs = _needs(requests[i] for i in indices)
@@ -156,7 +159,9 @@ class ModelClient:
             async with reporting(progress):
                 await asyncio.gather(
                     *(
-                        self._drain(rt, requests, by_role[rt.name], parse, results, progress, outage)
+                        self._drain(
+                            rt, requests, by_role[rt.name], parse, results, progress, outage, watches[rt.name]
+                        )
                         for rt in runtimes
                     )
                 )
@@ -168,6 +173,9 @@ class ModelClient:
         self.simulated_answers += progress.simulated
         if outage:  # answered requests are journaled by now; the caller's shard must not be written
             raise _outage_error(outage, results)
+        for runtime in runtimes:  # most of a role's answers unusable: the role is broken, not the items
+            if watches[runtime.name].systemic():
+                raise watches[runtime.name].error(tuple(e.url for e in runtime.pool.endpoints))
         missing = [i for i, r in enumerate(results) if r is None]
         if missing:  # a bug, not a model failure: say so instead of returning holes
             raise RuntimeError(f"model client lost {len(missing)} results (first index {missing[0]})")
@@ -200,13 +208,14 @@ class ModelClient:
         results: list[ModelResult | None],
         progress: Progress,
         outage: list[tuple[RoleRuntime, ModelResult]],
+        watch: FailureWatch,
     ) -> None:
         pending = iter(indices)
         inflight: dict[str, asyncio.Future[ModelResult]] = {}
 
         async def worker() -> None:
             for index in pending:
-                if outage:  # an endpoint outlived its retries: send nothing new, let in-flight finish
+                if outage or watch.systemic():  # send nothing new, let in-flight finish
                     return
                 request = requests[index]
                 try:
@@ -224,6 +233,7 @@ class ModelClient:
                     outage.append((runtime, result))
                     continue
                 results[index] = result
+                watch.record(result)
                 progress.record(
                     result.ok, result.cached, result.simulated, 0 if result.cached else result.attempts
                 )

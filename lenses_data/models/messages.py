@@ -211,10 +211,43 @@ def render_body(fields: dict[str, Any], messages: list[dict[str, Any]], data_uri
     return b"".join((head.encode("utf-8"), data_uri.encode("ascii"), tail.encode("utf-8")))
 
 
-def reask_messages(messages: list[dict[str, Any]], raw: str | None, problem: str) -> list[dict[str, Any]]:
-    """Conversation for a re-ask: the original turn, the bad answer, and what was wrong with it."""
-    note = (
+def reask_note(problem: str) -> str:
+    return (
         f"Your previous answer could not be used ({problem}). "
         "Answer again with only the requested output, exactly in the required format."
     )
+
+
+def reask_messages(messages: list[dict[str, Any]], raw: str | None, problem: str) -> list[dict[str, Any]]:
+    """Conversation for a re-ask: the original turn, the bad answer, and what was wrong with it."""
+    note = reask_note(problem)
     return [*messages, {"role": "assistant", "content": raw or ""}, {"role": "user", "content": note}]
+
+
+# Tokens of the two extra chat turns' markup (role headers, end markers) besides their text.
+REASK_TURN_TOKENS = 24
+CUT_MARK = " [...]"
+
+
+def fit_repeated_answer(
+    raw: str | None, usage: dict[str, int], problem: str, max_tokens: int, context_tokens: int | None
+) -> str | None:
+    """The bad answer as a re-ask may repeat it within the served context, or None: no room for a
+    re-ask at all. The re-ask's prompt is this call's prompt plus the answer and the note, and the
+    server also reserves `max_tokens` for the new answer; past the context it refuses the request.
+
+    Token counts come from the server's own usage of this call (its tokenizer); the answer's
+    characters per token, measured on the answer itself, convert the room left into characters."""
+    text = raw or ""
+    prompt, answered = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    if context_tokens is None or prompt is None:
+        return text  # unknown context (not vLLM, or no usage): sent whole, as before
+    chars_per_token = max(1.0, len(text) / answered) if answered else 1.0
+    note_tokens = int(len(reask_note(problem)) / chars_per_token * 1.1) + REASK_TURN_TOKENS
+    room = context_tokens - max_tokens - prompt - note_tokens
+    if room <= 0:
+        return None
+    if answered is not None and answered <= room:
+        return text
+    keep = int(room * chars_per_token * 0.9) - len(CUT_MARK)
+    return text[: max(0, keep)] + CUT_MARK

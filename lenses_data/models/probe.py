@@ -20,6 +20,7 @@ from typing import Any
 
 from lenses_data.config.models import RetryConfig, RoleConfig
 from lenses_data.models import types as codes
+from lenses_data.models.dialect import ServerInfo, listed_context, server_version
 from lenses_data.models.endpoints import Endpoint, backoff_delay, classify_error
 from lenses_data.models.probe_requests import Check, Prober, unavailable
 from lenses_data.models.types import CapabilityMissing, EndpointUnavailable
@@ -46,6 +47,7 @@ class ProbeReport:
     json_mode: str
     choice_style: str
     simulated: bool | None = None
+    server: ServerInfo | None = None  # the release the server reports and its served context
     # Parse choice answers as free text (the server ignores or refuses the choice constraint).
     tolerant_choice: bool = False
     checks: list[Check] = field(default_factory=list)
@@ -71,14 +73,14 @@ class ProbeReport:
         return "; ".join(f"{c.capability} {c.status} ({c.detail})" for c in self.checks)
 
 
-async def _listing(name: str, endpoints: list[Endpoint], retry: RetryConfig) -> tuple[Endpoint, list[str]]:
+async def _listing(name: str, endpoints: list[Endpoint], retry: RetryConfig) -> tuple[Endpoint, list[Any]]:
     """The first endpoint that lists its models, and that list (retried like any request)."""
     rng, error = random.Random(0), ("", "")
     for attempt in range(1, retry.max_attempts + 1):
         for endpoint in endpoints:
             try:
                 listing = await endpoint.client.models.list()
-                return endpoint, [str(m.id) for m in listing.data]
+                return endpoint, list(listing.data)
             except Exception as exc:
                 error = (classify_error(exc)[0], f"{type(exc).__name__}: {str(exc)[:200]}")
         if attempt < retry.max_attempts:
@@ -97,10 +99,15 @@ async def probe_role(
 ) -> ProbeReport:
     """Check what `needs` asks of the role's endpoints; the report holds the modes to use."""
     urls = tuple(e.url for e in endpoints)
-    endpoint, served = await _listing(name, endpoints, retry)
+    endpoint, entries = await _listing(name, endpoints, retry)
+    served = [str(m.id) for m in entries]
     simulated = any(m.startswith(codes.SIMULATED_MODEL_PREFIX) for m in served)
-    report = ProbeReport(name, urls, role.model, json_mode, choice_style, simulated)
+    info = ServerInfo(await server_version(endpoint.url), listed_context(entries, role.model))
+    if role.structured_outputs == "auto" and info.version:  # the release decides, not the pin
+        choice_style = info.choice_style("auto", info.version)
+    report = ProbeReport(name, urls, role.model, json_mode, choice_style, simulated, server=info)
     prober = Prober(name, role, endpoint, retry)
+    prober.simulated = simulated
     if "json" in needs:
         check, report.json_mode = await prober.check_json(json_mode)
         report.checks.append(check)
@@ -113,7 +120,18 @@ async def probe_role(
     if "prefix" in needs:  # `lenses check` only: two more requests
         report.checks.append(await prober.check_prefix(with_image="image" in needs))
     report.checks.insert(0, await _model_check(role.model, served, simulated, prober))
+    report.checks.insert(0, _server_check(info, choice_style))
     return report
+
+
+def _server_check(info: ServerInfo, choice_style: str) -> Check:
+    if info.version:
+        detail = f"vLLM {info.version}: choice constraint sent as {choice_style}"
+    else:
+        detail = f"no GET /version: the config's vllm_version decides (choice constraint as {choice_style})"
+    if info.max_model_len:
+        detail += f"; serves {info.max_model_len} tokens of context (re-asks are cut to fit)"
+    return Check("server", "ok", detail)
 
 
 async def _model_check(model: str, served: list[str], simulated: bool, prober: Prober) -> Check:

@@ -14,6 +14,7 @@ from typing import Any
 
 from lenses_data.config.models import RetryConfig, RoleConfig
 from lenses_data.models import types as codes
+from lenses_data.models.dialect import is_mm_kwargs_refusal
 from lenses_data.models.endpoints import Endpoint, backoff_delay, classify_error, retry_after_s
 from lenses_data.models.messages import schema_instruction
 from lenses_data.models.parsing import extract_json
@@ -61,6 +62,7 @@ class Prober:
         self.rng = random.Random(0)
         self._plain: _Answer | None = None
         self.answered_once = False
+        self.simulated = False  # the lenses simulator answers (it does not model image tokens)
 
     async def ask(
         self, content: Any, max_tokens: int = 96, extra_body: dict[str, Any] | None = None
@@ -154,25 +156,63 @@ class Prober:
         content += self.image_parts(0)
         # As the role's real requests do: a server that refuses the role's processor settings
         # (e.g. the filter's one-tile `mm_processor_kwargs`) must fail here, not on every request.
-        processor = self.role.mm_processor_kwargs
         answer = await self.ask(content, max_tokens=8, extra_body=self.image_body())
-        if answer.answered:
-            what = f"image part with mm_processor_kwargs {processor}" if processor else "image part"
-            return Check("image", "ok", f"{what} accepted")
-        await self.down_unless_plain_works(answer)
-        return Check("image", "fail", f"image part refused ({answer.message[:120]}); no fallback")
+        if not answer.answered:
+            await self.down_unless_plain_works(answer)
+            hint = ""
+            if is_mm_kwargs_refusal(answer.message):
+                hint = (
+                    ": this release takes per-request mm_processor_kwargs only from a server started with "
+                    "--trust-request-mm-kwargs (`lenses serve` adds it for such releases), or drop "
+                    f"models.{self.name}.mm_processor_kwargs"
+                )
+            return Check("image", "fail", f"image part refused ({answer.message[:160]}){hint}; no fallback")
+        if not self.role.mm_processor_kwargs:
+            return Check("image", "ok", "image part accepted")
+        return await self.check_tiles()
+
+    async def check_tiles(self) -> Check:
+        """Do the role's processor settings take effect? A wide image costs fewer prompt tokens with
+        a tile limit than without it. A key the model's processor does not know (InternVL's
+        remote-code processor reads `max_dynamic_patch`, the transformers-format one `max_patches`)
+        is accepted and silently ignored by the server: only the token count shows it."""
+        processor = self.role.mm_processor_kwargs
+        counts = []
+        for body in (self.image_body(), None):
+            content: list[dict[str, Any]] = [{"type": "text", "text": "Describe the image."}]
+            content += self.image_parts(0, wide=True)
+            answer = await self.ask(content, max_tokens=1, extra_body=body)
+            counts.append(answer.prompt_tokens if answer.answered else None)
+        limited, default = counts
+        if limited == default and self.simulated:
+            return Check("image", "ok", f"image part with mm_processor_kwargs {processor} accepted (tile "
+                         "effect not measured: the lenses simulator does not count image tokens)")  # fmt: skip
+        if limited is None or default is None:
+            return Check("image", "ok", f"image part with mm_processor_kwargs {processor} accepted (tile "
+                         "effect not measured: no prompt token count)")  # fmt: skip
+        if limited < default:
+            return Check("image", "ok", f"mm_processor_kwargs {processor} take effect: a 3:1 image costs "
+                         f"{limited} prompt tokens with them, {default} without")  # fmt: skip
+        return Check(
+            "image",
+            "fallback",
+            f"mm_processor_kwargs {processor} are accepted but change nothing ({limited} prompt tokens "
+            "with and without them): not a setting of this model's processor (remote-code InternVL: "
+            "max_dynamic_patch; transformers-format InternVL: max_patches). Runs work, with every tile",
+        )
 
     def image_body(self) -> dict[str, Any] | None:
         """The role's per-request processor settings, as its image requests send them."""
         processor = dict(self.role.mm_processor_kwargs)
         return {"mm_processor_kwargs": processor} if processor else None
 
-    def image_parts(self, variant: int) -> list[dict[str, Any]]:
+    def image_parts(self, variant: int, wide: bool = False) -> list[dict[str, Any]]:
         """The probe image as the role's requests send one: after the role's placeholder, if any
         (a server that counts placeholders must agree with it)."""
         slot = self.role.image_placeholder
         parts: list[dict[str, Any]] = [{"type": "text", "text": slot}] if slot else []
-        return parts + [{"type": "image_url", "image_url": {"url": _probe_image_uri(variant)}}]
+        url = _probe_image_uri(variant, (1344, 448) if wide else (32, 32))
+        return parts + [{"type": "image_url", "image_url": {"url": url}}]
 
     async def check_prefix(self, with_image: bool) -> Check:
         """Two requests laid out as the role's are (instructions, placeholder, image or items) that
@@ -242,11 +282,12 @@ def _is_json(content: str | None, strict: bool) -> bool:
     return isinstance(value, dict)
 
 
-def _probe_image_uri(variant: int = 0) -> str:
+def _probe_image_uri(variant: int = 0, size: tuple[int, int] = (32, 32)) -> str:
+    """A flat image; (1344, 448) is three 448 px InternVL tiles wide."""
     from PIL import Image
 
     buffer = io.BytesIO()
-    Image.new("RGB", (32, 32), ((200, 30, 30), (30, 90, 200))[variant % 2]).save(buffer, format="PNG")
+    Image.new("RGB", size, ((200, 30, 30), (30, 90, 200))[variant % 2]).save(buffer, format="PNG")
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 

@@ -42,6 +42,11 @@ REASON_CODES: tuple[str, ...] = (
 INFRASTRUCTURE_CODES: frozenset[str] = frozenset(
     {TRANSPORT_ERROR, TIMEOUT, RATE_LIMITED, SERVER_ERROR, ENDPOINT_REFUSED}
 )
+# Failures that are about one item when they are rare, and about the request, server or model when
+# most of a batch gets them (models/systemic.py): a 4xx, and the answer errors.
+ANSWER_CODES: frozenset[str] = frozenset(
+    {EMPTY_ANSWER, TRUNCATED, INVALID_JSON, SCHEMA_INVALID, INVALID_CHOICE}
+)
 
 SIMULATOR_FINGERPRINT = "lenses-simulator"
 # Sent with every call so a server log (and the simulator's stats) can name the item.
@@ -143,3 +148,25 @@ class CapabilityMissing(ModelServiceError):
     ) -> None:
         super().__init__(message, role=role, urls=urls)
         self.capability = capability
+
+
+class SystemicFailure(ModelServiceError):
+    """Most of a batch's requests failed the same way: the request, the server or the model is
+    broken, not the items. The shard fails with the evidence instead of rejecting its records.
+
+    Raised for a 4xx that the requests keep getting (context overflow, a refused field) and for
+    answer errors (invalid choice, empty, truncated, invalid JSON) at a rate no working model
+    produces. The same on every attempt: never retried by the flow."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        role: str = "",
+        urls: tuple[str, ...] = (),
+        counts: dict[str, int] | None = None,
+        decided: int = 0,
+    ) -> None:
+        super().__init__(message, role=role, urls=urls)
+        self.counts = dict(counts or {})
+        self.decided = decided

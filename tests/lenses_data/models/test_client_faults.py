@@ -12,7 +12,7 @@ from lenses_data.models.parsing import parse_choice, parse_model
 from lenses_data.models.simulator import FAULT_KINDS
 from lenses_data.models.testing import sim_models_config as sim_config
 from lenses_data.models.testing import sim_stats
-from lenses_data.models.types import EndpointUnavailable
+from lenses_data.models.types import EndpointUnavailable, SystemicFailure
 
 
 class Caption(BaseModel):
@@ -103,9 +103,10 @@ def test_persistent_transport_fault_fails_the_batch_naming_the_endpoint(simulato
 @pytest.mark.parametrize("fault", list(CONTENT_FAULTS))
 def test_bad_answer_is_reasked_a_bounded_number_of_times(simulator, fault: str) -> None:
     # Every answer is bad (a re-ask is a new request, so it faults again): the item fails after
-    # 1 + max_reasks calls, with the fault's reason code and the raw answer kept.
+    # 1 + max_reasks calls, with the fault's reason code and the raw answer kept. (A whole batch of
+    # bad answers is judged systemic by default: the judgement is off here to see the items.)
     with simulator(faults={fault: 1.0}) as url:
-        client = ModelClient(sim_config([url], max_reasks=2))
+        client = ModelClient(sim_config([url], max_reasks=2, systemic_min_failures=1000))
         requests = _requests(6)
         results = client.run_sync(requests, parse_model(Captions))
         stats = sim_stats(url)
@@ -115,6 +116,30 @@ def test_bad_answer_is_reasked_a_bounded_number_of_times(simulator, fault: str) 
     assert stats["total_calls"] == 18
     if fault != "empty":
         assert all(r.raw for r in results)
+
+
+@pytest.mark.parametrize("fault", ["malformed_json", "empty"])
+def test_a_batch_of_bad_answers_fails_as_systemic_and_rejects_nothing(simulator, fault: str) -> None:
+    # The same batch with the default judgement: no rejections, an error naming the codes and
+    # showing what the model said; the requests after the verdict are never sent.
+    with simulator(faults={fault: 1.0}) as url:
+        client = ModelClient(sim_config([url], max_reasks=1, concurrency=1))
+        with pytest.raises(SystemicFailure) as raised:
+            client.run_sync(_requests(40), parse_model(Captions))
+        stats = sim_stats(url)
+    error = raised.value
+    assert error.role == "generator" and error.counts == {CONTENT_FAULTS[fault]: 5}
+    assert f"{CONTENT_FAULTS[fault]} 5" in str(error) and "Nothing is written or rejected" in str(error)
+    assert stats["total_calls"] == 5 * 2  # five items, each asked and re-asked once; 35 never sent
+
+
+def test_a_few_bad_answers_among_good_ones_stay_rejections(simulator) -> None:
+    # 20% bad answers with no re-ask: rejections of those items, no verdict.
+    with simulator(faults={"malformed_json": 0.2}, seed=5) as url:
+        client = ModelClient(sim_config([url], max_reasks=0))
+        results = client.run_sync(_requests(60), parse_model(Captions))
+    failed = [r for r in results if not r.ok]
+    assert 3 <= len(failed) < 30 and {r.error_code for r in failed} == {"invalid_json"}
 
 
 def test_reask_recovers_from_occasional_bad_answers(simulator) -> None:

