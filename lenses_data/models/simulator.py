@@ -41,6 +41,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from lenses_data.config.models import STRUCTURED_OUTPUTS_SINCE, version_tuple
 from lenses_data.config.simulator import SimContentSettings, SimServerFaults, SimulatorSettings
 from lenses_data.models.simcontent import answer_content, completion_payload, request_texts
 from lenses_data.models.simfaults import (
@@ -51,6 +52,7 @@ from lenses_data.models.simfaults import (
     truncated_json,
 )
 from lenses_data.models.simrecord import recorded_body
+from lenses_data.config.models import STRUCTURED_OUTPUTS_SINCE, version_tuple
 from lenses_data.models.types import KEY_HEADER, SIMULATED_MODEL_PREFIX
 from lenses_data.models.vllm_prompt import PrefixCache, prompt_units
 
@@ -97,6 +99,12 @@ class SimConfig(BaseModel):
     )
     models: list[str] = Field(
         default_factory=lambda: ["OpenGVLab/InternVL3_5-38B", "Qwen/Qwen2.5-32B-Instruct"]
+    )
+    vllm_version: str | None = Field(
+        default=None,
+        description="Answer GET /version as this vLLM release and read only the constraint fields it "
+        "reads (guided_choice before 0.11, structured_outputs from 0.11, no guided_* from 0.12); None: no "
+        "/version route, every field read",
     )
     content: SimContentSettings = Field(default_factory=SimContentSettings)
     server_faults: SimServerFaults = Field(
@@ -250,9 +258,14 @@ def create_app(config: SimConfig | None = None) -> Starlette:
         state.prefix_cache = PrefixCache()  # as a restarted server: measurements start cold
         return JSONResponse({"reset": True})
 
+    async def version(_: Request) -> Response:
+        if state.config.vllm_version is None:
+            return JSONResponse({"detail": "Not Found"}, 404)
+        return JSONResponse({"version": state.config.vllm_version})
+
     async def chat(request: Request) -> Response:
         raw = await request.body()
-        body = json.loads(raw)
+        body = release_view(json.loads(raw), state.config.vllm_version)
         digest = hashlib.sha256(raw).hexdigest()
         identity = request_identity(body)
         state.calls[digest] = state.calls.get(digest, 0) + 1
@@ -283,6 +296,7 @@ def create_app(config: SimConfig | None = None) -> Starlette:
     routes = [
         Route("/v1/models", models),
         Route("/health", health),
+        Route("/version", version),
         Route("/sim/stats", stats),
         Route("/sim/requests", requests),
         Route("/sim/reset", reset, methods=["POST"]),
@@ -341,6 +355,20 @@ async def _respond(
 async def _sleep(delay: float) -> None:
     if delay > 0:
         await asyncio.sleep(delay)
+
+
+def release_view(body: dict[str, Any], version: str | None) -> dict[str, Any]:
+    """The request as a vLLM release reads it: fields it does not know are dropped (vLLM ignores an
+    unknown field rather than refusing it)."""
+    if version is None:
+        return body
+    release = version_tuple(version)
+    unknown = set()
+    if release < STRUCTURED_OUTPUTS_SINCE:
+        unknown.add("structured_outputs")
+    if release >= (0, 12, 0):
+        unknown.update({"guided_choice", "guided_json"})
+    return {k: v for k, v in body.items() if k not in unknown}
 
 
 def prompt_tokens(body: dict[str, Any]) -> int:

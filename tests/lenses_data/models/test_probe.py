@@ -3,6 +3,8 @@ and used, a refused image part stops before any work is sent, `lenses check` rep
 
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 
 import pytest
@@ -66,9 +68,43 @@ def test_healthy_simulator_passes_every_check(sim_url: str) -> None:
         assert report.ok and report.simulated is True
         assert {c.status for c in report.checks} == {"ok"}
         # `lenses check` also measures the prefix cache (three more requests; not before each stage).
-        assert [c.capability for c in report.checks] == ["model", *probe.ROLE_NEEDS[report.role], "prefix"]
+        expected = ["server", "model", *probe.ROLE_NEEDS[report.role], "prefix"]
+        assert [c.capability for c in report.checks] == expected
+        assert "no GET /version" in report.checks[0].detail and report.server.version is None
     assert reports[2].json_mode == "json_schema"
     assert reports[0].choice_style == "guided"  # the pinned vLLM 0.10.1.1 speaks guided_choice
+
+
+@pytest.mark.parametrize(
+    ("release", "field"),
+    [("0.10.1.1", "guided_choice"), ("0.11.0", "structured_outputs"), ("0.32.0", "structured_outputs")],
+)
+def test_the_choice_field_follows_the_release_the_server_reports(simulator, release: str, field: str) -> None:
+    # The config pins 0.10.1.1 (guided_choice), which a 0.12+ server ignores without an error: the
+    # probe asks the server its release and sends the field that release reads, and the YES/NO
+    # constraint holds (no tolerant fallback).
+    import httpx
+
+    with simulator(vllm_version=release, record_requests=50) as url:
+        config = sim_models_config([url])
+        (report,) = probe.check_roles(config, ["filter"])
+        recorded = httpx.get(url.removesuffix("/v1") + "/sim/requests", timeout=5).json()["requests"]
+    assert report.server.version == release and f"vLLM {release}" in report.checks[0].detail
+    assert report.ok and not report.tolerant_choice
+    assert {c.capability: c.status for c in report.checks}["choice"] == "ok"
+    with_choice = [e["body"] for e in recorded if "PROBE-ALPHA" in json.dumps(e["body"])]
+    assert with_choice and all(field in body for body in with_choice)
+
+
+def test_a_release_that_ignores_the_pinned_field_is_caught_without_its_version(simulator) -> None:
+    # The same 0.32 server with the role forced to guided_choice: the constraint is ignored, and the
+    # probe says so (tolerant fallback) instead of trusting it.
+    with simulator(vllm_version="0.32.0") as url:
+        config = sim_models_config([url])
+        forced = config.filter.model_copy(update={"structured_outputs": "guided"})
+        (report,) = probe.check_roles(config.model_copy(update={"filter": forced}), ["filter"])
+    choice = {c.capability: c for c in report.checks}["choice"]
+    assert choice.status == "fallback" and "ignored" in choice.detail and report.tolerant_choice
 
 
 def _exact_choice(text: str) -> str:
