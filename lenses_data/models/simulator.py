@@ -52,7 +52,6 @@ from lenses_data.models.simfaults import (
     truncated_json,
 )
 from lenses_data.models.simrecord import recorded_body
-from lenses_data.config.models import STRUCTURED_OUTPUTS_SINCE, version_tuple
 from lenses_data.models.types import KEY_HEADER, SIMULATED_MODEL_PREFIX
 from lenses_data.models.vllm_prompt import PrefixCache, prompt_units
 

@@ -4,7 +4,6 @@ and used, a refused image part stops before any work is sent, `lenses check` rep
 from __future__ import annotations
 
 import json
-
 from pathlib import Path
 
 import pytest
