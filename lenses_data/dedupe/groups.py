@@ -89,7 +89,9 @@ def _norm_distance(edges: pd.DataFrame, t: Thresholds) -> np.ndarray:
     ham = edges["hamming"].to_numpy(float) / (t.hamming_radius + 1)
     crop = edges["aligned"].to_numpy(float) / (t.hamming_radius + 1)
     cos = (1.0 - edges["cosine"].fillna(-1.0).to_numpy(float)) / max(1e-9, 1.0 - t.clip_threshold)
-    return np.select([edges["signal"].isin(["phash", "both"]), edges["signal"] == "phash_crop"], [ham, crop], cos)
+    return np.select(
+        [edges["signal"].isin(["phash", "both"]), edges["signal"] == "phash_crop"], [ham, crop], cos
+    )
 
 
 def build_groups(ids: np.ndarray, areas: np.ndarray, pairs: pd.DataFrame, t: Thresholds) -> pd.DataFrame:

@@ -237,7 +237,6 @@ def request_schema(body: dict[str, Any]) -> dict[str, Any] | None:
     return structured.get("json") or body.get("guided_json")
 
 
-
 def completion_payload(body: dict[str, Any], contents: list[tuple[str, str]]) -> dict[str, Any]:
     words = sum(len(c.split()) for c, _ in contents)
     prompt_words = sum(len(t.split()) for t in request_texts(body)[0])

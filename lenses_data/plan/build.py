@@ -232,8 +232,7 @@ def assumption_lines(table: ThroughputTable, run_f: Funnel, target: Funnel, stat
             "cache what the prefix cache does not share (the static instructions are shared by all; "
             "the image and prompt of one image and kind by its answers, which run side by side)."
             if a.decode_from_run
-            else "the model's reference sequence of the table (decode_context_tokens, "
-            "decode_unique_tokens)."
+            else "the model's reference sequence of the table (decode_context_tokens, decode_unique_tokens)."
         ),
         f"Funnel ({target.source}): {target.filter_images / target.candidates:.3f} of candidates reach the "
         f"filter, {target.selected_images / target.candidates:.4f} are selected, "

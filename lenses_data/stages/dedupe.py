@@ -171,7 +171,9 @@ def format_summary(summary: dict[str, Any]) -> str:
     crop = summary.get("crop_signal")
     lines.append(
         f"  crop signal: {crop['candidates']} candidate pairs ({crop['candidates_per_image']}/image), "
-        f"{crop['confirmed']} confirmed by dHash, {crop['seconds']} s" if crop else "  crop signal: off"
+        f"{crop['confirmed']} confirmed by dHash, {crop['seconds']} s"
+        if crop
+        else "  crop signal: off"
     )
     if summary.get("clip_index"):
         ci = summary["clip_index"]

@@ -180,7 +180,12 @@ class _Joined:
     """Outcomes known before decoding plus a decode future, as one future-like result."""
 
     def __init__(
-        self, owner: DecodePool, ready: list[dict], future: Future, pool: ProcessPoolExecutor, tasks: list[dict]
+        self,
+        owner: DecodePool,
+        ready: list[dict],
+        future: Future,
+        pool: ProcessPoolExecutor,
+        tasks: list[dict],
     ) -> None:
         self._owner, self._ready, self._future, self._pool, self._tasks = owner, ready, future, pool, tasks
 
