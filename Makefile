@@ -39,4 +39,4 @@ test: $(TEST_STAMP)
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
 
 lint: install
-	$(VENV)/bin/ruff check lenses_data flows training tests benchmarks
+	$(VENV)/bin/ruff check lenses_data lenses_app flows training tests benchmarks

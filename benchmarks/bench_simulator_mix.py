@@ -24,7 +24,7 @@ from lenses_data.config.simulator import (
     table1_density,
     table1_lens_share,
 )
-from lenses_data.models.simreport import mix_report, run_text_stages
+from lenses_data.simulator.simreport import mix_report, run_text_stages
 
 
 def density_rows(report: dict) -> list[str]:

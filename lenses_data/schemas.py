@@ -2,7 +2,7 @@
 
 The Parquet (pyarrow) schema of a table is derived from its model (`arrow_schema`); nothing is
 written twice. The JSON schemas sent to models describe answers, not tables: they are derived from
-the answer models in `lenses_data.answers` (`array_schema`).
+the answer models in `lenses_data.annotation.answers` (`array_schema`).
 """
 
 from __future__ import annotations

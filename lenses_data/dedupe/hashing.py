@@ -43,7 +43,7 @@ def bits_to_int64(bits: np.ndarray) -> int:
 
 def hash_image(path: str, kind: str = "phash") -> int:
     """The 64-bit perceptual hash of one image file, as every stage sees it (upright 8-bit RGB)."""
-    from lenses_data.imaging import load_rgb
+    from lenses_data.candidates.imaging import load_rgb
 
     return bits_to_int64(_hash_function(kind)(load_rgb(path), hash_size=8).hash)
 
@@ -148,7 +148,7 @@ def view_codes(view: Image.Image) -> ViewCodes:
 
 def _file_codes(path: str) -> tuple[dict | None, str | None]:
     """The codes ingest would have stored for this file (same decode, same view)."""
-    from lenses_data.imaging import DecodeLimits, inspect_image_bytes
+    from lenses_data.candidates.imaging import DecodeLimits, inspect_image_bytes
 
     limits = DecodeLimits(1, 1e9, 2**40, 2**40, ("JPEG", "PNG", "GIF", "WEBP", "BMP", "TIFF"))
     try:

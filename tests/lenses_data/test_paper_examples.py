@@ -29,7 +29,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from lenses_data import io, rules
+from lenses_data import io
+from lenses_data.annotation import rules
 from lenses_data.config import config_from_dict
 from lenses_data.config.models import ROLES
 from lenses_data.schemas import LENS_NAMES, LensText
@@ -119,7 +120,7 @@ def test_every_published_example_is_parsed():
 
 def test_no_published_figurative_text_uses_a_phrase_bank_idiom():
     # The observation behind the default: the paper did not filter on the phrase bank.
-    from lenses_data.phrase_bank import default_phrase_bank
+    from lenses_data.annotation.phrase_bank import default_phrase_bank
 
     bank = default_phrase_bank()
     texts = [(lens, t) for rows in paper_examples().values() for row in rows for lens, t in row]
@@ -143,7 +144,7 @@ class PaperServer:
     client's capability probe) gets what a server honouring the constraint would say."""
 
     def __init__(self, examples: dict[str, list[list[tuple[str, str]]]]) -> None:
-        from lenses_data.prompts import get_template
+        from lenses_data.annotation.prompts import get_template
 
         self.examples = examples
         self.row_of_image: dict[str, int] = {}

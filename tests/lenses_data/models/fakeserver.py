@@ -111,7 +111,7 @@ def serving(server: FakeServer) -> Iterator[str]:
     """Serve `server` on 127.0.0.1 in a thread; yields its base URL (…/v1)."""
     import uvicorn
 
-    from lenses_data.models.simulator import free_port
+    from lenses_data.simulator.simulator import free_port
 
     port = free_port()
     config = uvicorn.Config(server.app(), host="127.0.0.1", port=port, log_config=None, access_log=False)

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from lenses_app.cli import main
 from lenses_data import io
-from lenses_data.cli import main
 from lenses_data.config import config_from_dict
 from lenses_data.schemas import CandidateImage, DedupePair, DedupeRecord
 from lenses_data.stages.base import run_stage_locally
@@ -184,8 +184,8 @@ def test_greyscale_jpeg_is_hashed_as_imagehash_of_its_rgb_view() -> None:
     from PIL import Image
     from skimage import data
 
+    from lenses_data.candidates.imaging import DecodeLimits, inspect_image_bytes
     from lenses_data.dedupe.hashing import bits_to_int64, view_codes, view_scale
-    from lenses_data.imaging import DecodeLimits, inspect_image_bytes
 
     limits = DecodeLimits(1, 100.0, 10**8, 10**8, ("JPEG",))
     buffer = pyio.BytesIO()

@@ -126,7 +126,7 @@ def test_lenses_evaluate_on_tiny_trained_model(tiny_config, tiny_export, tmp_pat
     """Train the tiny model for 2 steps with the training helper's loop, then `lenses evaluate`."""
     import yaml
 
-    from lenses_data.cli import main
+    from lenses_app.cli import main
     from training.loop.train import train
 
     tiny_config.optim.max_steps = 2
@@ -269,7 +269,7 @@ def test_evaluate_retriever_flow(eval_prefect_harness, tiny_export, tmp_path):
 
 
 def test_cli_reports_bad_inputs_without_traceback(tmp_path, capsys):
-    from lenses_data.cli import main
+    from lenses_app.cli import main
 
     assert main(["evaluate", "--config", "eval-tiny", "--export", str(tmp_path / "missing")]) == 2
     assert "export table missing" in capsys.readouterr().err
