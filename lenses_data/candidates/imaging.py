@@ -27,7 +27,7 @@ from typing import Any
 
 from PIL import Image, ImageOps
 
-from lenses_data.dedupe.hashing import view_codes, view_scale
+from lenses_data.candidates.view_hash import view_codes, view_scale
 
 # Reason codes of decode rejections (machine-readable; the message carries the detail).
 EMPTY_FILE = "empty_file"
