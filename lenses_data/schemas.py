@@ -32,6 +32,8 @@ class Lens(StrEnum):
 
 
 LENS_NAMES: tuple[str, ...] = tuple(lens.value for lens in Lens)
+# The same lenses as lower-case keys, for metric tables and configs ("literal", ..., "emotional").
+LENS_KEYS: tuple[str, ...] = tuple(name.lower() for name in LENS_NAMES)
 SPLIT_NAMES: tuple[str, ...] = ("train", "valid", "test")
 
 Split = Literal["train", "valid", "test"]

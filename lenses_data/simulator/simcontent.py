@@ -16,9 +16,9 @@ from typing import Any
 
 from lenses_data.models.parsing import extract_json
 from lenses_data.models.types import SIMULATED_MODEL_PREFIX, SIMULATOR_FINGERPRINT, AnswerError
+from lenses_data.schemas import LENS_NAMES
 from lenses_data.simulator import simlenses
 
-LENS_NAMES = ("Literal", "Figurative", "Abstract", "Background", "Emotional")
 _STOP = set(
     "about above after again against all also among and any are because been before being below between "
     "both but can could does doing down during each either every few for from further have having here "

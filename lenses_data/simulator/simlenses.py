@@ -21,10 +21,10 @@ from lenses_data.annotation.rules import words
 from lenses_data.config.simulator import (
     EXAMPLE_WORDS,
     EXAMPLE_WORDS_SD,
-    LENS_ORDER,
     LISTING_WORD_RANGE,
     SimContentSettings,
 )
+from lenses_data.schemas import LENS_NAMES
 from lenses_data.simulator import simtexts as st
 
 TEXT_KEY = {"caption": "Caption", "prompt": "Prompt"}
@@ -89,7 +89,7 @@ def survival(cfg: SimContentSettings) -> float:
 def lens_counts(rng: random.Random, cfg: SimContentSettings) -> dict[str, int]:
     """Texts per lens for one answer: 0 (left out) or 1 + Binomial(2, q), q set by the target mean."""
     counts = {}
-    for lens in LENS_ORDER:
+    for lens in LENS_NAMES:
         mean = cfg.texts_per_image * cfg.lens_share.get(lens, 0.0) / survival(cfg) / (1 - cfg.lens_omit_rate)
         q = min(1.0, max(0.0, (mean - 1) / 2))
         counts[lens] = 0 if rng.random() < cfg.lens_omit_rate else 1 + (rng.random() < q) + (rng.random() < q)
@@ -181,8 +181,8 @@ def generate_items(kind: str, image_key: str, identity: str, seed: int, cfg: Sim
     rng = random.Random(f"{seed}|{identity}|{kind}")
     writer = _Writer(rng, scene, kind, cfg)
     counts = lens_counts(rng, cfg)
-    order = [lens for lens in LENS_ORDER if counts[lens]]
-    order += [lens for lens in LENS_ORDER for _ in range(counts[lens] - 1)]
+    order = [lens for lens in LENS_NAMES if counts[lens]]
+    order += [lens for lens in LENS_NAMES for _ in range(counts[lens] - 1)]
     return json.dumps([writer.item(lens) for lens in order], ensure_ascii=False)
 
 

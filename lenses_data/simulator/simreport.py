@@ -17,7 +17,7 @@ import pandas as pd
 
 from lenses_data.annotation.rules import words
 from lenses_data.config.annotate import AnnotateConfig
-from lenses_data.config.simulator import LENS_ORDER
+from lenses_data.schemas import LENS_NAMES
 
 
 @dataclass
@@ -78,9 +78,9 @@ def texts_summary(frame: pd.DataFrame, images: int) -> dict[str, Any]:
     return {
         "texts": len(frame),
         "per_image": len(frame) / images if images else 0.0,
-        "lens_share": {name: float(counts.get(name, 0)) / max(1, len(frame)) for name in LENS_ORDER},
+        "lens_share": {name: float(counts.get(name, 0)) / max(1, len(frame)) for name in LENS_NAMES},
         "mean_words": float(n_words.mean()) if len(frame) else 0.0,
-        "mean_words_by_lens": {name: float(n_words[lens == name].mean()) for name in LENS_ORDER},
+        "mean_words_by_lens": {name: float(n_words[lens == name].mean()) for name in LENS_NAMES},
     }
 
 
