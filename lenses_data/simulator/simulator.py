@@ -28,8 +28,6 @@ import contextlib
 import hashlib
 import heapq
 import json
-import socket
-import threading
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -43,6 +41,7 @@ from starlette.routing import Route
 
 from lenses_data.config.simulator import SimContentSettings, SimServerFaults, SimulatorSettings
 from lenses_data.models.types import KEY_HEADER, SIMULATED_MODEL_PREFIX
+from lenses_data.simulator.asgi_thread import free_port, serve_in_thread
 from lenses_data.simulator.simcontent import answer_content, completion_payload, request_texts
 from lenses_data.simulator.simfaults import (
     SERVER_FAULT_ERRORS,
@@ -362,45 +361,21 @@ def _error_response(fault: str | None) -> Response | None:
     return None
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextlib.contextmanager
 def run_in_thread(config: SimConfig | None = None, port: int | None = None) -> Iterator[str]:
     """Serve the simulator on 127.0.0.1 in a background thread; yields the base URL (…/v1)."""
-    import uvicorn
-
     port = port or free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(config),
-            host="127.0.0.1",
-            port=port,
-            # No log_config: uvicorn's default calls logging.config.dictConfig, which reconfigures the
-            # host process's logging (and deadlocked Prefect's API log handler). A library must not.
-            log_config=None,
-            log_level=None,
-            access_log=False,
-            backlog=2048,
-            timeout_keep_alive=120,
-            timeout_graceful_shutdown=1,
-        )
-    )
-    thread = threading.Thread(target=server.run, name=f"lenses-sim-{port}", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("simulator did not start")
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with serve_in_thread(
+        create_app(config),
+        port,
+        what="simulator",
+        thread_name=f"lenses-sim-{port}",
+        log_level=None,
+        backlog=2048,
+        timeout_keep_alive=120,
+        timeout_graceful_shutdown=1,
+    ) as url:
+        yield url
 
 
 def serve(config: SimConfig, host: str = "127.0.0.1", port: int = 8000) -> None:
