@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 
+from lenses_data.candidates.rejection import ImageRejected
 from lenses_data.config.ingest import IngestConfig
 
 if TYPE_CHECKING:
@@ -37,11 +38,8 @@ DOWNLOAD_ERROR = "download_error"
 _NEUTRAL_TYPES = ("application/octet-stream", "binary/octet-stream", "application/binary")
 
 
-class FetchError(Exception):
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(f"{reason}: {message}")
-        self.reason = reason
-        self.message = message
+class FetchError(ImageRejected):
+    """A URL whose bytes could not be fetched (reason codes above)."""
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from typing import Any
 
 from PIL import Image, ImageOps
 
+from lenses_data.candidates.rejection import ImageRejected
 from lenses_data.candidates.view_hash import view_codes, view_scale
 
 # Reason codes of decode rejections (machine-readable; the message carries the detail).
@@ -51,15 +52,6 @@ _EXIF_ORIENTATION_TAG = 0x0112
 
 FORMAT_EXTENSIONS = {"JPEG": "jpg", "MPO": "jpg", "PNG": "png", "GIF": "gif", "WEBP": "webp", "BMP": "bmp"}
 FORMAT_EXTENSIONS["TIFF"] = "tif"
-
-
-class ImageRejected(Exception):
-    """A file that cannot become a candidate image, with a reason code and a human message."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(f"{reason}: {message}")
-        self.reason = reason
-        self.message = message
 
 
 @dataclass(frozen=True)
