@@ -40,10 +40,11 @@ CMD ["prefect", "worker", "start", "--pool", "lenses-gpu"]
 FROM vllm/vllm-openai:${VLLM_VERSION} AS serving
 ENV LENSES_HOME=/opt/lenses HF_HUB_OFFLINE=1
 WORKDIR /opt/lenses
-# `lenses serve` needs only the light part of the package (config + launcher), not torch from us:
+# `lenses serve` needs only the light part of the package (CLI, config + launcher), not torch from us:
 # install without dependencies and add the few pure-Python ones it imports.
 COPY pyproject.toml README.md ./
 COPY lenses_data lenses_data
+COPY lenses_app lenses_app
 COPY configs configs
 RUN pip install --no-deps -e . && pip install "pydantic>=2.6" pyyaml httpx
 ENTRYPOINT ["lenses", "serve"]

@@ -66,4 +66,4 @@ $(VLLM_STAMP):
 	touch $@
 
 lint: install
-	$(VENV)/bin/ruff check lenses_data flows training tests benchmarks
+	$(VENV)/bin/ruff check lenses_data lenses_app flows training tests benchmarks

@@ -39,7 +39,7 @@ from bench_client_images import make_images  # noqa: E402
 
 from lenses_data.config.annotate import AnnotateConfig  # noqa: E402
 from lenses_data.models.client import ModelClient, ModelRequest, ModelResult  # noqa: E402
-from lenses_data.models.testing import sim_models_config, sim_stats, spawn_simulator  # noqa: E402
+from lenses_data.simulator.testing import sim_models_config, sim_stats, spawn_simulator  # noqa: E402
 from lenses_data.stages import generate  # noqa: E402
 
 VARIANTS = ("least-outstanding", "affinity")

@@ -20,9 +20,9 @@ import time
 
 import pandas as pd
 
+from lenses_data.annotation.phrase_bank import default_phrase_bank
 from lenses_data.config.annotate import AnnotateConfig
 from lenses_data.ids import text_id
-from lenses_data.phrase_bank import default_phrase_bank
 from lenses_data.schemas import LENS_NAMES
 from lenses_data.stages import rules as rules_stage
 

@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field
 from lenses_data.models.client import ModelClient, ModelRequest
 from lenses_data.models.endpoints import make_openai_client
 from lenses_data.models.parsing import parse_model
-from lenses_data.models.testing import sim_models_config, sim_stats, spawn_simulator
+from lenses_data.simulator.testing import sim_models_config, sim_stats, spawn_simulator
 
 
 class Caption(BaseModel):

@@ -42,9 +42,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_rehearsal import CHUNK, make_chunk  # noqa: E402
 
-from lenses_data.answers import parse_filter_answer  # noqa: E402
+from lenses_data.annotation.answers import parse_filter_answer  # noqa: E402
 from lenses_data.models.client import ModelClient, ModelRequest  # noqa: E402
-from lenses_data.models.testing import sim_models_config, spawn_simulator  # noqa: E402
+from lenses_data.simulator.testing import sim_models_config, spawn_simulator  # noqa: E402
 from lenses_data.stages.filter import build_request  # noqa: E402
 
 VARIANTS = ("bare", "client-journal", "client-journal-fsync")

@@ -115,7 +115,7 @@ def main() -> None:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     from prefect.testing.utilities import prefect_test_harness
 
-    from lenses_data.models.testing import spawn_simulator
+    from lenses_data.simulator.testing import spawn_simulator
 
     sim, sim_url = spawn_simulator(["--latency", str(args.latency), "--yes-rate", "1.0"])
     results: dict[int, dict[str, tuple[float, int]]] = {}

@@ -50,7 +50,7 @@ print(json.dumps({k: v for k, v in found.items() if v}))
 
 
 def photos() -> list[Image.Image]:
-    from lenses_data.sample import _photo_sources
+    from lenses_data.candidates.sample import _photo_sources
 
     return [Image.open(io.BytesIO(d)).convert("RGB") for d, _s, _o in _photo_sources().values()]
 

@@ -27,7 +27,7 @@ SIZE = (1440, 1040)  # 1.5 MP, a typical web photo
 
 def make_images(folder: Path, count: int) -> int:
     """Write `count` unique JPEGs; returns total bytes."""
-    from lenses_data.sample import _photo_sources
+    from lenses_data.candidates.sample import _photo_sources
 
     photos = [Image.open(io.BytesIO(data)).convert("RGB") for data, _s, _o in _photo_sources().values()]
     total = 0

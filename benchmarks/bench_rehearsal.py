@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/bench_rehearsal.py --sizes 500            # smoke run (~1 min)
 
 The pool is generated here, in a temporary directory that is deleted at the end (never committed):
-collages of 2-5 windows of real photographs from installed packages (`lenses_data.sample._photo_sources`,
+collages of 2-5 windows of real photographs from installed packages (`lenses_data.candidates.sample._photo_sources`,
 minus the flat or dark ones whose windows hash alike), each window colour-jittered and maybe mirrored,
 with grain, 512 px on the long side, in folders of CHUNK images; one image in 21 is a planted
 near-duplicate (an earlier image of its folder, scaled to 90% and re-encoded at lower quality). The
@@ -55,7 +55,7 @@ def _photos() -> list:
 
         from PIL import Image
 
-        from lenses_data.sample import _photo_sources
+        from lenses_data.candidates.sample import _photo_sources
 
         for name, (data, _suffix, _origin) in sorted(_photo_sources().items()):
             if name not in DROPPED:
@@ -259,14 +259,14 @@ def journal_counts(run: Path) -> tuple[dict[str, int], int]:
 def rehearse(size: int, pools: Path, work: Path, sim_args: list[str], logs: Path) -> dict:
     """One build of `size` images against a fresh simulator; per-stage times, requests, memory."""
     from lenses_data.config import config_from_dict
-    from lenses_data.models.testing import spawn_simulator
+    from lenses_data.simulator.testing import spawn_simulator
     from lenses_data.stages.registry import pipeline_order
 
     pool, run = pools / f"n{size}", work / f"run{size}"
     sim, sim_url = spawn_simulator(sim_args)
     try:
         write_config(work / f"n{size}.yaml", run, pool, sim_url)
-        command = [sys.executable, "-m", "lenses_data.cli", "run", "--config", str(work / f"n{size}.yaml")]
+        command = [sys.executable, "-m", "lenses_app.cli", "run", "--config", str(work / f"n{size}.yaml")]
         stages = pipeline_order(config_from_dict({}, environ={}))
         pressure, commit = cpu_pressure(), _commit()
         result = watch(command, run, stages, work / f"run{size}.log")

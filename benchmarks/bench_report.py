@@ -30,9 +30,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from lenses_data import card_counts, io
-from lenses_data.report import write_report
-from lenses_data.sample import build_sample_pool
+from lenses_data import io
+from lenses_data.candidates.sample import build_sample_pool
+from lenses_data.publish import card_counts
+from lenses_data.publish.report import write_report
 from lenses_data.schemas import LENS_NAMES, Rejection
 from lenses_data.stages.export_tables import ROW_GROUP_ROWS, ExportImage, ExportText, typed_parquet
 

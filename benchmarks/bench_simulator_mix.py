@@ -19,12 +19,12 @@ from pathlib import Path
 
 from lenses_data.config.simulator import (
     EXAMPLE_WORDS,
-    LENS_ORDER,
     SimContentSettings,
     table1_density,
     table1_lens_share,
 )
-from lenses_data.models.simreport import mix_report, run_text_stages
+from lenses_data.schemas import LENS_NAMES
+from lenses_data.simulator.simreport import mix_report, run_text_stages
 
 
 def density_rows(report: dict) -> list[str]:
@@ -41,7 +41,7 @@ def density_rows(report: dict) -> list[str]:
 def mix_rows(report: dict) -> list[str]:
     target = table1_lens_share()
     rows = []
-    for lens in LENS_ORDER:
+    for lens in LENS_NAMES:
         cap = report["caption"]["final"]["lens_share"][lens]
         pro = report["prompt"]["final"]["lens_share"][lens]
         rows.append(
@@ -53,7 +53,7 @@ def mix_rows(report: dict) -> list[str]:
 
 def word_rows(report: dict) -> list[str]:
     rows = []
-    for lens in LENS_ORDER:
+    for lens in LENS_NAMES:
         cells = []
         for kind in ("caption", "prompt"):
             got, want = report[kind]["final"]["mean_words_by_lens"][lens], EXAMPLE_WORDS[kind][lens]

@@ -18,8 +18,8 @@ from flows.reporting import publish_funnel
 from flows.runlogs import lenses_logs_to_run
 from flows.stages import run_stage_with_runner
 from lenses_data.config import PipelineConfig
-from lenses_data.settings_guard import check_run_settings
 from lenses_data.stages.registry import pipeline_order
+from lenses_data.stages.settings_guard import check_run_settings
 
 # Every registered stage (tests/flows/test_common.py checks): a typo is refused when the run is created.
 StageName = Literal[
@@ -30,7 +30,7 @@ StageName = Literal[
 def _prepare_sources(config: PipelineConfig, sample: bool) -> PipelineConfig:
     if not sample:
         return config
-    from lenses_data.sample import build_sample_pool, sample_sources
+    from lenses_data.candidates.sample import build_sample_pool, sample_sources
 
     pool = Path(config.run_dir) / "sample"
     build_sample_pool(pool)
@@ -106,7 +106,7 @@ def _build(
 ) -> dict[str, Any]:
     logger = get_run_logger()
     if simulate:
-        from lenses_data.models.dryrun import simulated_models
+        from lenses_data.simulator.dryrun import simulated_models
 
         with simulated_models(config) as simulated_config:
             logger.warning("SIMULATED RUN: every model answer comes from the built-in simulator")

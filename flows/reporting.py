@@ -35,7 +35,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
 
 
 def report_path(run_dir: str, summaries: list[dict[str, Any]]) -> Path | None:
-    """The build report the export of this build wrote (lenses_data.report), if it got that far."""
+    """The build report the export of this build wrote (lenses_data.publish.report), if it got that far."""
     index = Path(run_dir).resolve() / "export" / "report" / "index.html"
     exported = any(item.get("stage") == "export" for item in summaries)
     return index if exported and index.exists() else None

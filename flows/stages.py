@@ -22,9 +22,9 @@ from flows.failures import explain, mark_stage, retry_transient, run_explained
 from flows.reporting import in_flow_run, publish_stage_table, start_progress, update_progress
 from flows.runlogs import lenses_logs_to_run
 from lenses_data.config import PipelineConfig
-from lenses_data.settings_guard import check_run_settings, record_stage_settings
 from lenses_data.stages.base import ShardStats, log_simulated, summarize
 from lenses_data.stages.registry import build_stage, open_stage, pipeline_order
+from lenses_data.stages.settings_guard import check_run_settings, record_stage_settings
 
 
 @task(

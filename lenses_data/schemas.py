@@ -2,7 +2,7 @@
 
 The Parquet (pyarrow) schema of a table is derived from its model (`arrow_schema`); nothing is
 written twice. The JSON schemas sent to models describe answers, not tables: they are derived from
-the answer models in `lenses_data.answers` (`array_schema`).
+the answer models in `lenses_data.annotation.answers` (`array_schema`).
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ class Lens(StrEnum):
 
 
 LENS_NAMES: tuple[str, ...] = tuple(lens.value for lens in Lens)
+# The same lenses as lower-case keys, for metric tables and configs ("literal", ..., "emotional").
+LENS_KEYS: tuple[str, ...] = tuple(name.lower() for name in LENS_NAMES)
 SPLIT_NAMES: tuple[str, ...] = ("train", "valid", "test")
 
 Split = Literal["train", "valid", "test"]

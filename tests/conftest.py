@@ -23,7 +23,7 @@ for _key in [k for k in os.environ if k.startswith("LENSES__")]:
 @pytest.fixture(scope="session")
 def sample_pool(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Folder with the sample pool; `sample_pool / "sample_manifest.json"` describes every file."""
-    from lenses_data.sample import build_sample_pool
+    from lenses_data.candidates.sample import build_sample_pool
 
     out = tmp_path_factory.mktemp("sample_pool")
     build_sample_pool(out)

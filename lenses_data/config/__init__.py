@@ -19,6 +19,7 @@ from lenses_data.config.annotate import AnnotateConfig
 from lenses_data.config.dedupe import DedupeConfig, SplitConfig
 from lenses_data.config.export import ExportConfig
 from lenses_data.config.ingest import IngestConfig
+from lenses_data.config.merge import deep_merge
 from lenses_data.config.models import ModelsConfig
 from lenses_data.config.orchestration import OrchestrationConfig
 from lenses_data.config.simulator import SimulatorSettings
@@ -61,16 +62,6 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
             node = node.setdefault(part, {})
         node[path[-1]] = yaml.safe_load(raw)
     return overrides
-
-
-def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
 
 
 def _describe_errors(error: ValidationError, origin: str) -> str:

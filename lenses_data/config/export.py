@@ -3,7 +3,7 @@
 By default the images table holds paths on the build machine (small, but only useful there).
 `embed_images` also writes the Hugging Face images config with the image bytes in a
 `datasets.Image` column, so a copied or uploaded export still shows its images. The build report
-(lenses_data.report) is written at the end of the export.
+(lenses_data.publish.report) is written at the end of the export.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-LENS_ORDER = ("Literal", "Figurative", "Abstract", "Background", "Emotional")
+from lenses_data.schemas import LENS_NAMES
 
 # 001 Table 1: images, captions and captions per lens, by split.
 TABLE1: dict[str, dict[str, int]] = {
@@ -56,7 +56,7 @@ def table1_density(split: str = "total") -> float:
 def table1_lens_share(split: str = "total") -> dict[str, float]:
     """Share of each lens among a Table 1 split's captions."""
     row = TABLE1[split]
-    return {lens: row[lens] / row["captions"] for lens in LENS_ORDER}
+    return {lens: row[lens] / row["captions"] for lens in LENS_NAMES}
 
 
 # Mean words per text by kind and lens, measured on 000 Figs. 5-7 (six examples per lens).

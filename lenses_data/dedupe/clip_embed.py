@@ -65,7 +65,7 @@ def load_model(config: DedupeConfig, device: str):
 
 
 def _load_batch(paths: Sequence[str], preprocess, offset: int, errors: dict[int, str]):
-    from lenses_data.imaging import load_rgb
+    from lenses_data.candidates.imaging import load_rgb
 
     tensors, indices = [], []
     for i, path in enumerate(paths):

@@ -2,7 +2,7 @@
 
 A border crop of c% per side moves the whole-image pHash by 10+ bits, but the whole view of the
 crop looks like the original's centre crop at about c%. Ingest stores, per image, the pHash of
-the whole view and of its centre crops at 2.5% and 5% (`hashing.CROP_LEVELS`), and the dHash of
+the whole view and of its centre crops at 2.5% and 5% (`candidates.view_hash.CROP_LEVELS`), and the dHash of
 all three. Two images are aligned on the level pair (i, j) whose pHashes are closest.
 
 Candidates: every pair of images with *some* pHash pair within `crop_radius`, found by the same

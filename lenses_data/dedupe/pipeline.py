@@ -58,7 +58,7 @@ class Codes:
 
 def _stored_codes(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(rows whose stored codes are current, crop matrix, dHash matrix); other rows are zeros."""
-    from lenses_data.dedupe.hashing import CROP_LEVELS, HASH_VERSION
+    from lenses_data.candidates.view_hash import CROP_LEVELS, HASH_VERSION
 
     n, width = len(frame), 1 + len(CROP_LEVELS)
     version = frame["hash_version"].to_numpy(object) if "hash_version" in frame else np.full(n, None, object)

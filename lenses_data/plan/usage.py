@@ -31,7 +31,7 @@ PAPER = {"candidates": 1_000_000, "images": 105_669, "test_images": 5_500, "capt
 
 
 def _template_words(name: str) -> int:
-    from lenses_data.prompts import get_template
+    from lenses_data.annotation.prompts import get_template
 
     return len(get_template(name).text.split())
 

@@ -91,7 +91,7 @@ class DedupeStage:
     """Global stage: all images are compared with each other, so there is one shard (0)."""
 
     name = STAGE
-    # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.settings_guard).
+    # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.stages.settings_guard).
     output_settings = ("dedupe_before_filter", "dedupe")
     input_stage = "ingest"
     reads = tuple(COLUMNS)

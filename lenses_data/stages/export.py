@@ -7,9 +7,9 @@
     prompts.parquet     the same columns, for image-side prompts
     rejections.parquet  every stage's rejections, plus export's own (images left without texts)
     manifest.json       config, models, prompt hashes, package versions, counts per stage, simulated
-    README.md + figures/  the dataset card (lenses_data.card), with the Hugging Face metadata block
+    README.md + figures/  the dataset card (lenses_data.publish.card), with the Hugging Face metadata block
     card_counts.json    the card's count tables (Table 1, funnel, rejections), which the report shows
-    report/index.html + thumbs/  the build report (lenses_data.report; export.report_images, 0: none)
+    report/index.html + thumbs/  the build report (lenses_data.publish.report; export.report_images, 0: none)
     hf/<config>/<split>-NNNNN-of-NNNNN.parquet  the Hugging Face layout (lenses_data.stages.export_hf):
                         `datasets.load_dataset(out, "captions")`; images embedded with `export.embed_images`
 
@@ -35,10 +35,10 @@ import pandas as pd
 import pyarrow as pa
 
 from lenses_data import io
+from lenses_data.annotation.prompts import all_prompt_hashes
 from lenses_data.config.export import ExportConfig
 from lenses_data.models.journal import read_run_journal, tally_usage
 from lenses_data.plan.usage import read_stage_stats
-from lenses_data.prompts import all_prompt_hashes
 from lenses_data.schemas import FilterDecision, LensText, Manifest, Rejection
 from lenses_data.stages.base import ShardStats
 from lenses_data.stages.export_hf import hf_table, write_hf_layout
@@ -74,8 +74,8 @@ def give_back_memory() -> None:
 
 def export_dataset(run: str | Path, out: str | Path, config: Any = None) -> dict[str, Any]:
     """Write the dataset folder `out` from a finished run; returns the manifest as a dict."""
-    from lenses_data.card import write_card
-    from lenses_data.card_meta import card_metadata, licence_counts
+    from lenses_data.publish.card import write_card
+    from lenses_data.publish.card_meta import card_metadata, licence_counts
 
     run, out = Path(run), Path(out)
     give_back_memory()
@@ -147,10 +147,10 @@ def export_dataset(run: str | Path, out: str | Path, config: Any = None) -> dict
 
 
 def write_build_report(run: Path, out: Path, settings: ExportConfig) -> None:
-    """out/report/index.html (lenses_data.report): the last step of the export; 0 images: none."""
+    """out/report/index.html (lenses_data.publish.report): the last step of the export; 0 images: none."""
     if settings.report_images <= 0:
         return
-    from lenses_data.report import REPORT_DIR, write_report
+    from lenses_data.publish.report import REPORT_DIR, write_report
 
     done = write_report(
         run,
@@ -167,7 +167,7 @@ class ExportStage:
     """Global stage: one "shard" 0 that writes RUN/export/ (the `lenses export` default)."""
 
     name = STAGE
-    # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.settings_guard).
+    # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.stages.settings_guard).
     output_settings = ("export",)
     input_stage = FINAL_STAGE
     reads = tuple(LensText.model_fields)

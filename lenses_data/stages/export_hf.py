@@ -198,7 +198,7 @@ def embedded_cell(path: str, image_id: str, max_side: int | None, quality: int) 
         raise ImageGone(f"image {image_id}: {path} has changed since ingest, cannot embed it")
     if max_side is None:
         return {"bytes": data, "path": f"{image_id}{Path(path).suffix.lower()}"}
-    from lenses_data.imaging import load_rgb
+    from lenses_data.candidates.imaging import load_rgb
 
     image = load_rgb(data)
     image.thumbnail((max_side, max_side))  # keeps the aspect ratio, never enlarges

@@ -14,9 +14,9 @@ from typing import Any
 import pandas as pd
 
 from lenses_data import io
-from lenses_data.answers import FILTER_CHOICES, parse_filter_answer
+from lenses_data.annotation.answers import FILTER_CHOICES, parse_filter_answer
+from lenses_data.annotation.prompts import get_template
 from lenses_data.models.types import ModelRequest
-from lenses_data.prompts import get_template
 from lenses_data.schemas import CandidateImage, DedupeRecord, FilterDecision
 from lenses_data.stages._annotate import (
     ShardedStage,
@@ -79,7 +79,7 @@ class FilterStage(ShardedStage):
     """Shard i of ingest -> shard i of filter; only dedupe survivors when dedupe runs first."""
 
     name = STAGE
-    # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.settings_guard).
+    # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.stages.settings_guard).
     output_settings = (
         "dedupe_before_filter",
         "models.filter.model",

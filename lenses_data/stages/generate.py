@@ -14,13 +14,13 @@ from typing import Any
 import pandas as pd
 
 from lenses_data import io
-from lenses_data.answers import TEXT_KEY, array_schema, item_parser
+from lenses_data.annotation.answers import TEXT_KEY, array_schema, item_parser
+from lenses_data.annotation.phrase_bank import default_phrase_bank
+from lenses_data.annotation.prompts import get_template
+from lenses_data.annotation.rules import LISTING_OF_KIND
 from lenses_data.config.annotate import AnnotateConfig
 from lenses_data.ids import text_id
 from lenses_data.models.types import ModelRequest
-from lenses_data.phrase_bank import default_phrase_bank
-from lenses_data.prompts import get_template
-from lenses_data.rules import LISTING_OF_KIND
 from lenses_data.schemas import FilterDecision, LensText
 from lenses_data.stages._annotate import (
     ShardedStage,
@@ -130,7 +130,7 @@ class GenerateStage(ShardedStage):
     """Shard i of filter (passed images that the split stage kept) -> shard i of generate."""
 
     name = STAGE
-    # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.settings_guard).
+    # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.stages.settings_guard).
     output_settings = (
         "annotate.kinds",
         "annotate.candidates_per_image",

@@ -24,11 +24,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from lenses_data import io as lio
+from lenses_data.candidates.fetch import FetchError, fetch_url
+from lenses_data.candidates.imaging import DecodeLimits
+from lenses_data.candidates.sources import SourceItem, detect_kind, iter_source
 from lenses_data.config import PipelineConfig
-from lenses_data.fetch import FetchError, fetch_url
-from lenses_data.imaging import DecodeLimits
 from lenses_data.schemas import CandidateImage, Rejection
-from lenses_data.sources import SourceItem, detect_kind, iter_source
 from lenses_data.stages.base import ShardStats, shard_done
 from lenses_data.stages.ingest_exec import DecodePool, LazyClient, Progress, batched, ordered
 from lenses_data.stages.ingest_rows import METADATA_FIELDS, KeptImages, shards_of
@@ -271,7 +271,7 @@ class IngestStage:
     """
 
     name = STAGE
-    # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.settings_guard).
+    # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.stages.settings_guard).
     output_settings = (
         "shard_size",
         "ingest.sources",

@@ -16,7 +16,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from lenses_data.imaging import DecodeLimits, decode_batch
+from lenses_data.candidates.imaging import DecodeLimits, decode_batch
 
 DECODER_CRASHED = "decoder_crashed"
 log = logging.getLogger("lenses_data.stages.ingest")  # progress lines come from the stage
@@ -61,7 +61,7 @@ DecodeFn = Callable[[list[dict], DecodeLimits, str], list[dict]]
 def _context() -> Any:
     context = multiprocessing.get_context("forkserver")
     # scipy.fftpack (the pHash DCT) too: each worker would otherwise import it on its first image
-    context.set_forkserver_preload(["lenses_data.imaging", "scipy.fftpack"])
+    context.set_forkserver_preload(["lenses_data.candidates.imaging", "scipy.fftpack"])
     return context
 
 
@@ -100,7 +100,7 @@ class DecodePool:
     """`decode_batch` in worker processes (or inline for one worker), surviving a dead worker.
 
     forkserver, not fork: the caller may run threads (flows, the download pool), and a forked
-    child would inherit their locks. Workers preload Pillow through `lenses_data.imaging`.
+    child would inherit their locks. Workers preload Pillow through `lenses_data.candidates.imaging`.
 
     A dead worker breaks the whole pool, so every batch in flight fails with it. Those batches are
     redone image by image on a fresh pool: an image whose decode kills its process a second time is
@@ -214,7 +214,7 @@ class LazyClient:
     def get(self) -> Any:
         with self._lock:  # downloads run in a thread pool
             if self._client is None:
-                from lenses_data.fetch import make_client
+                from lenses_data.candidates.fetch import make_client
 
                 self._client = make_client(self._config)
             return self._client

@@ -1,4 +1,4 @@
-"""Rules stage: the deterministic checks of lenses_data.rules over generated texts.
+"""Rules stage: the deterministic checks of lenses_data.annotation.rules over generated texts.
 
 Per text, every violated rule that rejects (`rules.rejects`: damage, word limits; the phrase-bank
 rules only with `annotate.idiom_rules: strict`) is one rejection row with its reason code (a text
@@ -17,9 +17,10 @@ from typing import Any
 
 import pandas as pd
 
-from lenses_data import io, rules
+from lenses_data import io
+from lenses_data.annotation import rules
+from lenses_data.annotation.phrase_bank import PhraseBank, default_phrase_bank
 from lenses_data.config.annotate import AnnotateConfig
-from lenses_data.phrase_bank import PhraseBank, default_phrase_bank
 from lenses_data.schemas import LENS_NAMES, LensText
 from lenses_data.stages._annotate import (
     ShardedStage,
@@ -74,7 +75,7 @@ def duplicate_rejections(
             out.append(rejection(stage, text_id, rules.NEAR_DUPLICATE, message, image_id=image_of[text_id]))
         survivors.append([r for r in refs if r.text_id not in dups])
     if settings.embedding_dedupe:
-        from lenses_data.embeddings import embedding_duplicates
+        from lenses_data.annotation.embeddings import embedding_duplicates
 
         found = embedding_duplicates(survivors, settings.embedding_model, settings.max_embedding_similarity)
         for text_id, (kept, similarity) in found.items():
@@ -151,7 +152,7 @@ def summarize_report(report: pd.DataFrame) -> dict[str, Any]:
 
 class RulesStage(ShardedStage):
     name = STAGE
-    # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.settings_guard).
+    # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.stages.settings_guard).
     output_settings = ("annotate",)
     input_stage = "generate"
     reads = ("text_id", "image_id", "kind", "lens", "text", "focus")

@@ -90,7 +90,7 @@ def leakage_report(assignment: pd.DataFrame, pairs: pd.DataFrame) -> dict[str, A
 
 class SplitStage:
     name = STAGE
-    # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.settings_guard).
+    # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.stages.settings_guard).
     output_settings = ("dedupe_before_filter", "split")
     input_stage = "dedupe"
     reads = ("image_id", "group_id", "split_group_id", "kept")

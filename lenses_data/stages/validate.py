@@ -21,15 +21,15 @@ from typing import Any
 
 import pandas as pd
 
-from lenses_data import rules
-from lenses_data.answers import TEXT_KEY, array_schema, item_parser, items_json
+from lenses_data.annotation import rules
+from lenses_data.annotation.answers import TEXT_KEY, array_schema, item_parser, items_json
+from lenses_data.annotation.phrase_bank import default_phrase_bank
+from lenses_data.annotation.prompts import get_template
+from lenses_data.annotation.rules import LISTING_OF_KIND
 from lenses_data.config.annotate import AnnotateConfig
 from lenses_data.ids import stable_hash
 from lenses_data.models import types as codes
 from lenses_data.models.types import ModelRequest
-from lenses_data.phrase_bank import default_phrase_bank
-from lenses_data.prompts import get_template
-from lenses_data.rules import LISTING_OF_KIND
 from lenses_data.schemas import LensText
 from lenses_data.stages._annotate import (
     ShardedStage,
@@ -221,7 +221,7 @@ def process_shard(df: pd.DataFrame, client: Any, config: Any = None) -> tuple[pd
 
 class ValidateStage(ShardedStage):
     name = STAGE
-    # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.settings_guard).
+    # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.stages.settings_guard).
     output_settings = (
         "annotate",
         "models.validator.model",

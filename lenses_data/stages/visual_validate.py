@@ -15,8 +15,8 @@ from typing import Any
 
 import pandas as pd
 
-from lenses_data import rules
-from lenses_data.prompts import get_template
+from lenses_data.annotation import rules
+from lenses_data.annotation.prompts import get_template
 from lenses_data.schemas import LensText
 from lenses_data.stages._annotate import (
     ShardedStage,
@@ -56,7 +56,7 @@ def process_shard(
 
 class VisualValidateStage(ShardedStage):
     name = STAGE
-    # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.settings_guard).
+    # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.stages.settings_guard).
     output_settings = (
         "annotate",
         "models.visual_validator.model",

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lenses_data.models.simulator import free_port
+from lenses_data.simulator.simulator import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

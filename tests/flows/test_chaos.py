@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from lenses_data.config.models import ROLES
-from lenses_data.models.testing import sim_stats, spawn_simulator
+from lenses_data.simulator.testing import sim_stats, spawn_simulator
 from tests.flows.conftest import prefect_env
 
 LENSES = str(Path(sys.executable).parent / "lenses")

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from flows.build import build_dataset
+from lenses_app.commands import run as run_command
 from lenses_data import io
-from lenses_data.commands import run as run_command
-from lenses_data.prompts import get_template
+from lenses_data.annotation.prompts import get_template
 from lenses_data.resources import ENV_VAR, resource_dir
-from lenses_data.settings_guard import SETTINGS_FILE, SettingsChanged
+from lenses_data.stages.settings_guard import SETTINGS_FILE, SettingsChanged
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_CONFIG = str(REPO_ROOT / "configs" / "sample.yaml")
@@ -113,9 +113,9 @@ def test_an_earlier_stage_deleted_and_redone_with_new_settings_still_stops_the_l
 def test_a_run_directory_from_before_the_guard_resumes_with_one_warning(run_copy, caplog):
     for stage in STAGES:
         (io.stage_dir(run_copy, stage) / SETTINGS_FILE).unlink()
-    with caplog.at_level(logging.WARNING, logger="lenses_data.settings_guard"):
+    with caplog.at_level(logging.WARNING, logger="lenses_data.stages.settings_guard"):
         stages = _build(run_copy)["stages"]
-    warnings = [r for r in caplog.records if r.name == "lenses_data.settings_guard"]
+    warnings = [r for r in caplog.records if r.name == "lenses_data.stages.settings_guard"]
     assert len(warnings) == 1 and "predates the settings guard" in warnings[0].getMessage()
     assert all(s["shards_skipped"] == s["shards"] for s in stages if s["stage"] in ("ingest", "filter"))
     for stage in STAGES:  # adopted: the next rerun is checked

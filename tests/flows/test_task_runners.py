@@ -7,8 +7,8 @@ import pytest
 
 from flows.stages import run_stage_with_runner
 from lenses_data import io
+from lenses_data.candidates.sample import sample_sources
 from lenses_data.config import config_from_dict
-from lenses_data.sample import sample_sources
 
 
 def _ingest_and_dedupe(run, sources, orchestration):

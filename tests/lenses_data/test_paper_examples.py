@@ -18,8 +18,6 @@ import hashlib
 import json
 import re
 import shutil
-import socket
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -29,10 +27,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from lenses_data import io, rules
+from lenses_data import io
+from lenses_data.annotation import rules
 from lenses_data.config import config_from_dict
 from lenses_data.config.models import ROLES
 from lenses_data.schemas import LENS_NAMES, LensText
+from lenses_data.simulator.asgi_thread import serve_in_thread
 from lenses_data.stages import rules as rules_stage
 
 SEEDS = Path(__file__).resolve().parents[3] / "shared" / "seeds"
@@ -119,7 +119,7 @@ def test_every_published_example_is_parsed():
 
 def test_no_published_figurative_text_uses_a_phrase_bank_idiom():
     # The observation behind the default: the paper did not filter on the phrase bank.
-    from lenses_data.phrase_bank import default_phrase_bank
+    from lenses_data.annotation.phrase_bank import default_phrase_bank
 
     bank = default_phrase_bank()
     texts = [(lens, t) for rows in paper_examples().values() for row in rows for lens, t in row]
@@ -131,19 +131,13 @@ def test_no_published_figurative_text_uses_a_phrase_bank_idiom():
 # The fake model server
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class PaperServer:
     """Answers like the paper's models did: filter YES, generator the published texts of the row
     assigned to the image, validators echo their input items unchanged. Anything else (the
     client's capability probe) gets what a server honouring the constraint would say."""
 
     def __init__(self, examples: dict[str, list[list[tuple[str, str]]]]) -> None:
-        from lenses_data.prompts import get_template
+        from lenses_data.annotation.prompts import get_template
 
         self.examples = examples
         self.row_of_image: dict[str, int] = {}
@@ -217,22 +211,8 @@ def completion(body: dict, content: str, n: int) -> dict:
 
 @contextlib.contextmanager
 def serve(server: PaperServer) -> Iterator[str]:
-    import uvicorn
-
-    port = _free_port()
-    config = uvicorn.Config(server.app(), host="127.0.0.1", port=port, log_config=None, access_log=False)
-    uv = uvicorn.Server(config)
-    thread = threading.Thread(target=uv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not uv.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the fake server did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        uv.should_exit = True
-        thread.join(timeout=10)
+    with serve_in_thread(server.app(), what="the fake server") as url:
+        yield url
 
 
 # ---------------------------------------------------------------------------------------------

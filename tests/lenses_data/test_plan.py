@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from lenses_app.cli import main
 from lenses_data import io
-from lenses_data.cli import main
 from lenses_data.config import PipelineConfig
 from lenses_data.models.journal import JournalEntry, ShardJournal, shard_journal_path
 from lenses_data.plan import (
@@ -122,7 +122,7 @@ def test_hours_follow_from_the_inputs(real_run: Path) -> None:
 
 
 def test_prefix_cache_removes_the_template_tokens(real_run: Path) -> None:
-    from lenses_data.prompts import get_template
+    from lenses_data.annotation.prompts import get_template
 
     off = build_plan(real_run, table=_table(prefix_cache=False))
     on = build_plan(real_run, table=_table(prefix_cache=True))
@@ -292,7 +292,7 @@ def test_generation_decode_follows_the_run_and_the_sharing(real_run: Path) -> No
 
 
 def test_measured_prefix_cache_use_is_summed_and_printed(real_run: Path) -> None:
-    from lenses_data.commands.plan import format_plan
+    from lenses_app.commands.plan import format_plan
 
     # A second generate shard whose server reported cached tokens (vLLM's prompt_tokens_details).
     usage = {"prompt_tokens": 2000, "completion_tokens": 301, "total_tokens": 2301, "cached_tokens": 1500}

@@ -6,82 +6,14 @@ functions too: a cycle hidden in a function body is still a cycle (eval_inputs <
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
 
+from tests.import_graph import find_cycle, import_graph, package_graph
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MAX_LINES = 300
-
-
-def module_name(root: Path, path: Path) -> str:
-    parts = list(path.relative_to(root.parent).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-def import_graph(root: Path) -> dict[str, set[str]]:
-    """module -> the modules of the same top-level package it imports (any depth in the file)."""
-    top = root.name
-    modules = {module_name(root, p): p for p in root.rglob("*.py")}
-    graph: dict[str, set[str]] = {m: set() for m in modules}
-    for mod, path in modules.items():
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                # `from pkg import name`: name may be a submodule of pkg or an attribute of it.
-                targets = [f"{node.module}.{a.name}" for a in node.names]
-                targets = [t if t in modules else node.module for t in targets]
-            else:
-                continue
-            for target in targets:
-                while target and target not in modules and target.startswith(top + "."):
-                    target = target.rsplit(".", 1)[0]  # `import a.b.c` with c an attribute
-                if target in modules and target != mod:
-                    graph[mod].add(target)
-    return graph
-
-
-def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One cycle as [a, b, ..., a], or None; iterative DFS with colours."""
-    colour = dict.fromkeys(graph, 0)  # 0 unseen, 1 on the current path, 2 done
-    for start in sorted(graph):
-        if colour[start]:
-            continue
-        path, stack = [start], [iter(sorted(graph[start]))]
-        colour[start] = 1
-        while stack:
-            nxt = next(stack[-1], None)
-            if nxt is None:
-                colour[path.pop()] = 2
-                stack.pop()
-            elif colour[nxt] == 1:
-                return path[path.index(nxt) :] + [nxt]
-            elif colour[nxt] == 0:
-                colour[nxt] = 1
-                path.append(nxt)
-                stack.append(iter(sorted(graph[nxt])))
-    return None
-
-
-def package_graph(graph: dict[str, set[str]], top: str) -> dict[str, set[str]]:
-    """Edges between the sub-packages (training.X) the modules belong to; top-level modules are their own."""
-
-    def pkg(mod: str) -> str:
-        return ".".join(mod.split(".")[:2])
-
-    out: dict[str, set[str]] = {}
-    for mod, targets in graph.items():
-        if mod == top:  # training/__init__.py re-exports a constant; it sits above everything
-            continue
-        out.setdefault(pkg(mod), set()).update(pkg(t) for t in targets if pkg(t) != pkg(mod) and t != top)
-    for targets in list(out.values()):
-        for t in targets:
-            out.setdefault(t, set())
-    return out
 
 
 def _write(root: Path, files: dict[str, str]) -> Path:

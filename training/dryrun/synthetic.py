@@ -1,7 +1,7 @@
 """A small export-format folder built from scikit-image sample images, for tests and dry runs.
 
 Captions and prompts are templated per lens around a per-image subject, so a tiny model can
-learn to match them. Tables follow the export contract (CONTRACTS.md): images.parquet,
+learn to match them. Tables follow the export layout (docs/export.md): images.parquet,
 captions.parquet, prompts.parquet with categorical `lens` and `split`.
 """
 

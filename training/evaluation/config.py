@@ -8,6 +8,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from lenses_data.config import deep_merge
+
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"  # training/configs
 
 
@@ -225,14 +227,6 @@ class EvalConfig(_Section):
         return self
 
 
-def _merge(base: dict, override: dict) -> dict:
-    out = dict(base)
-    for key, value in override.items():
-        both_dicts = isinstance(value, dict) and isinstance(out.get(key), dict)
-        out[key] = _merge(out[key], value) if both_dicts else value
-    return out
-
-
 def load_eval_config(path: str | Path, overrides: dict | None = None) -> EvalConfig:
     """Read a YAML EvalConfig; a bare name such as "eval-tiny" resolves to training/configs/."""
     p = Path(path)
@@ -241,4 +235,4 @@ def load_eval_config(path: str | Path, overrides: dict | None = None) -> EvalCon
     if not p.exists():
         raise FileNotFoundError(f"evaluation config not found: {path}")
     raw = yaml.safe_load(p.read_text()) or {}
-    return EvalConfig.model_validate(_merge(raw, overrides or {}))
+    return EvalConfig.model_validate(deep_merge(raw, overrides or {}))

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from lenses_data.schemas import LENS_KEYS
 from training.evaluation.ranking import (
     Positives,
     all_positive_ranks,
@@ -29,7 +30,6 @@ from training.evaluation.ranking import (
 )
 from training.evaluation.topk import DiversityAccumulator, average_precision_at_r
 
-LENS_KEYS: tuple[str, ...] = ("literal", "figurative", "abstract", "background", "emotional")
 N_LENSES = len(LENS_KEYS)
 RSUM_KS = (1, 5, 10)
 Protocol = Literal["lens_gallery", "full_gallery"]

@@ -15,12 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from lenses_data.schemas import LENS_KEYS, LENS_NAMES
 from training.evaluation.markdown import fmt as _fmt
 from training.evaluation.markdown import table as _table
-from training.evaluation.metrics import LENS_KEYS
 from training.evaluation.paper_tables import paper_tables_markdown
 
-LENS_TITLES = ("Literal", "Figurative", "Abstract", "Background", "Emotional")
 PROTOCOL_TITLES = {
     "lens_slot": "lens-specific slot retrieval, lens-c slots only (main Sec. 4.2)",
     "lens_gallery": "full score, gallery of lens-c captions",
@@ -30,7 +29,7 @@ PROTOCOL_TITLES = {
 
 def table2_markdown(systems: dict[str, dict[str, float]], ks: tuple[int, ...] = (1, 5)) -> str:
     """One row per system; columns lens x (I->T, T->I) x R@K, then All (as main Table 2)."""
-    groups = [(t, k) for t, k in zip(LENS_TITLES, LENS_KEYS, strict=True)] + [("All", "all")]
+    groups = [(t, k) for t, k in zip(LENS_NAMES, LENS_KEYS, strict=True)] + [("All", "all")]
     header = ["Model"] + [f"{t} {d} R@{k}" for t, _ in groups for d in ("I→T", "T→I") for k in ks]
     rows = []
     for name, m in systems.items():
@@ -59,7 +58,7 @@ def slot_coverage_markdown(m: dict[str, float]) -> str:
     """Lens-slot queries whose image has no slot of the lens (global fallback, or misses without it)."""
     rows = [
         [t, _fmt(m.get(f"{k}/i2t/n_without_slot"), 0), _fmt(m.get(f"{k}/t2i/n_without_slot"), 0)]
-        for t, k in zip(LENS_TITLES, LENS_KEYS, strict=True)
+        for t, k in zip(LENS_NAMES, LENS_KEYS, strict=True)
     ]
     return _table(["Lens", "I→T queries without a lens slot", "T→I queries without a lens slot"], rows)
 
@@ -116,7 +115,7 @@ def ablation_markdown(variants: dict[str, dict[str, float]]) -> str:
 def fallback_markdown(rates: dict[str, float]) -> str:
     rows = [
         [t, _fmt(rates.get(f"fallback/{k}/all_pairs"), 1), _fmt(rates.get(f"fallback/{k}/own_image"), 1)]
-        for t, k in zip(LENS_TITLES, LENS_KEYS, strict=True)
+        for t, k in zip(LENS_NAMES, LENS_KEYS, strict=True)
     ]
     return _table(["Lens", "Fallback % (all pairs)", "Fallback % (own image)"], rows)
 
@@ -137,7 +136,7 @@ def routing_heatmap(routing: dict[str, Any], path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [("by_lens_percent", "winning image-slot lens", list(LENS_TITLES))]
+    panels = [("by_lens_percent", "winning image-slot lens", list(LENS_NAMES))]
     by_slot = routing.get("by_slot_percent")
     if by_slot is not None and len(by_slot) and len(by_slot[0]):
         n_slots = len(by_slot[0])
@@ -149,7 +148,7 @@ def routing_heatmap(routing: dict[str, Any], path: str | Path) -> Path:
         for (r, c), v in np.ndenumerate(data):
             ax.text(c, r, "-" if np.isnan(v) else f"{v:.0f}", ha="center", va="center", color="w", fontsize=8)
         ax.set_xticks(range(len(xticks)), xticks, rotation=45, ha="right")
-        ax.set_yticks(range(len(LENS_TITLES)), LENS_TITLES)
+        ax.set_yticks(range(len(LENS_NAMES)), LENS_NAMES)
         ax.set_xlabel(xlabel)
         ax.set_ylabel("caption lens")
     fig.suptitle("Lens-aware routing (% of captions per caption lens)")

@@ -12,7 +12,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from training.evaluation.metrics import LENS_KEYS, N_LENSES
+from lenses_data.schemas import LENS_KEYS
+from training.evaluation.metrics import N_LENSES
 from training.evaluation.scoring import all_lens_text_slots, text_active
 
 _PATTERN_WEIGHTS = 2 ** np.arange(N_LENSES)

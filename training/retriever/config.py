@@ -13,6 +13,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from lenses_data.config import deep_merge
 from training.retriever.lenses import lens_index
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"  # training/configs
@@ -150,15 +151,6 @@ class TrainConfig(_Section):
     run: RunConfig = Field(default_factory=RunConfig)
 
 
-def _merge(base: dict, override: dict) -> dict:
-    out = dict(base)
-    for key, value in override.items():
-        out[key] = (
-            _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-        )
-    return out
-
-
 def _resolve(path: str | Path) -> Path:
     p = Path(path)
     if not p.exists() and (CONFIG_DIR / f"{path}.yaml").exists():
@@ -179,7 +171,7 @@ def _read_raw(path: str | Path, seen: tuple[Path, ...] = ()) -> dict:
         raise ValueError(f"training config extends itself: {' -> '.join(map(str, (*seen, p)))}")
     raw = yaml.safe_load(p.read_text()) or {}
     base = raw.pop("extends", None)
-    return _merge(_read_raw(base, (*seen, p)), raw) if base is not None else raw
+    return deep_merge(_read_raw(base, (*seen, p)), raw) if base is not None else raw
 
 
 def load_train_config(path: str | Path, overrides: dict | None = None) -> TrainConfig:
@@ -187,4 +179,4 @@ def load_train_config(path: str | Path, overrides: dict | None = None) -> TrainC
 
     A bare name such as "tiny" or "ablations/loss-ret" resolves to training/configs/<name>.yaml.
     """
-    return TrainConfig.model_validate(_merge(_read_raw(path), overrides or {}))
+    return TrainConfig.model_validate(deep_merge(_read_raw(path), overrides or {}))

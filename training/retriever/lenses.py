@@ -1,7 +1,8 @@
 """Lens inventory and the special tokens the retriever adds to the tokenizer.
 
-The order is the shared contract (CONTRACTS.md): index 0-4 = Literal, Figurative, Abstract,
-Background, Emotional. Slot lens tensors use these indices and -1 for padding/inactive slots.
+The order is the shared contract (`lenses_data.schemas.LENS_NAMES`, the one lens inventory):
+index 0-4 = Literal, Figurative, Abstract, Background, Emotional. Slot lens tensors use these
+indices and -1 for padding/inactive slots.
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ import io
 import numpy as np
 from PIL import Image
 
+from lenses_data.candidates.imaging import hash_view
+from lenses_data.candidates.sample import _photo_sources
 from lenses_data.dedupe.crops import crop_pairs
-from lenses_data.imaging import hash_view
-from lenses_data.sample import _photo_sources
 
 
 def codes_of(images: list[Image.Image]) -> tuple[np.ndarray, np.ndarray]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -109,22 +108,7 @@ def _completion(body: dict[str, Any], content: str) -> dict[str, Any]:
 @contextlib.contextmanager
 def serving(server: FakeServer) -> Iterator[str]:
     """Serve `server` on 127.0.0.1 in a thread; yields its base URL (…/v1)."""
-    import uvicorn
+    from lenses_data.simulator.asgi_thread import serve_in_thread
 
-    from lenses_data.models.simulator import free_port
-
-    port = free_port()
-    config = uvicorn.Config(server.app(), host="127.0.0.1", port=port, log_config=None, access_log=False)
-    uv = uvicorn.Server(config)
-    thread = threading.Thread(target=uv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not uv.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("fake server did not start")
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        uv.should_exit = True
-        thread.join(timeout=10)
+    with serve_in_thread(server.app(), what="fake server") as url:
+        yield url

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from lenses_data.models.client import ModelClient, ModelRequest
 from lenses_data.models.parsing import parse_choice
-from lenses_data.models.testing import sim_models_config
+from lenses_data.simulator.testing import sim_models_config
 
 
 def main() -> None:

@@ -9,10 +9,10 @@ from pydantic import BaseModel, Field
 from lenses_data.models import types as codes
 from lenses_data.models.client import ModelClient, ModelRequest, ModelResult
 from lenses_data.models.parsing import parse_choice, parse_model
-from lenses_data.models.simulator import FAULT_KINDS
-from lenses_data.models.testing import sim_models_config as sim_config
-from lenses_data.models.testing import sim_stats
 from lenses_data.models.types import EndpointUnavailable, SystemicFailure
+from lenses_data.simulator.simulator import FAULT_KINDS
+from lenses_data.simulator.testing import sim_models_config as sim_config
+from lenses_data.simulator.testing import sim_stats
 
 
 class Caption(BaseModel):

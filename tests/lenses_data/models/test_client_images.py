@@ -16,8 +16,8 @@ from skimage import data as skdata
 from lenses_data.models import types as codes
 from lenses_data.models.client import ModelClient, ModelRequest
 from lenses_data.models.images import ImagePrefetch
-from lenses_data.models.simulator import SimConfig, run_in_thread
-from lenses_data.models.testing import sim_models_config
+from lenses_data.simulator.simulator import SimConfig, run_in_thread
+from lenses_data.simulator.testing import sim_models_config
 
 
 def _jpegs(root: Path, count: int) -> list[Path]:

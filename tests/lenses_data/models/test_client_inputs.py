@@ -21,8 +21,8 @@ from lenses_data.models.client import ModelClient, ModelRequest
 from lenses_data.models.keys import NO_KEY, MissingKeyError, resolve_api_key
 from lenses_data.models.messages import build_messages, load_image, request_hash
 from lenses_data.models.parsing import parse_choice
-from lenses_data.models.simulator import create_app
-from lenses_data.models.testing import sim_models_config, sim_stats
+from lenses_data.simulator.simulator import create_app
+from lenses_data.simulator.testing import sim_models_config, sim_stats
 from tests.lenses_data.models.fakeserver import serving
 
 

@@ -11,15 +11,15 @@ import pandas as pd
 import pytest
 import yaml
 
+from lenses_app.cli import main
 from lenses_data import io
-from lenses_data.cli import main
 from lenses_data.config import config_from_dict
 from lenses_data.models import probe
 from lenses_data.models.client import ModelClient
 from lenses_data.models.journal import shard_journal_path
-from lenses_data.models.simulator import free_port
 from lenses_data.models.types import EndpointUnavailable
 from lenses_data.schemas import LensText
+from lenses_data.simulator.simulator import free_port
 from lenses_data.stages._annotate import rejections_frame
 from lenses_data.stages.base import run_stage_locally
 from lenses_data.stages.validate import ValidateStage

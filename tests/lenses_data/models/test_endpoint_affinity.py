@@ -16,8 +16,8 @@ from lenses_data.config.annotate import AnnotateConfig
 from lenses_data.config.models import RetryConfig
 from lenses_data.models.client import ModelClient
 from lenses_data.models.endpoints import AFFINITY_KEYS_PER_SLOT, Endpoint, EndpointPool
-from lenses_data.models.simulator import free_port
-from lenses_data.models.testing import sim_models_config
+from lenses_data.simulator.simulator import free_port
+from lenses_data.simulator.testing import sim_models_config
 from lenses_data.stages import generate
 
 

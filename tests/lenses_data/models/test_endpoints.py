@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from lenses_data.models.client import ModelClient, ModelRequest
 from lenses_data.models.parsing import parse_choice
-from lenses_data.models.simulator import free_port
-from lenses_data.models.testing import sim_models_config, sim_stats
+from lenses_data.simulator.simulator import free_port
+from lenses_data.simulator.testing import sim_models_config, sim_stats
 
 
 def _requests(n: int) -> list[ModelRequest]:

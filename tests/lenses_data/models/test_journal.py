@@ -23,7 +23,7 @@ from lenses_data.models.journal import (
     usage_totals,
 )
 from lenses_data.models.parsing import parse_choice
-from lenses_data.models.testing import sim_models_config, sim_stats
+from lenses_data.simulator.testing import sim_models_config, sim_stats
 
 
 def _entry(h: str, status: str = "ok", raw: str = "YES", simulated: bool = False) -> JournalEntry:

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from lenses_data.models.journal import ShardJournal
-from lenses_data.models.testing import sim_stats
+from lenses_data.simulator.testing import sim_stats
 
 WORKER = Path(__file__).with_name("journal_worker.py")
 N = 240

@@ -21,15 +21,15 @@ import httpx
 import pytest
 import yaml
 
+from lenses_app.cli import main
 from lenses_data import io
-from lenses_data.cli import main
 from lenses_data.config import config_from_dict
 from lenses_data.models import probe
 from lenses_data.models import types as codes
 from lenses_data.models.client import ModelClient
-from lenses_data.models.simulator import free_port
 from lenses_data.models.types import CapabilityMissing
 from lenses_data.schemas import LensText
+from lenses_data.simulator.simulator import free_port
 from lenses_data.stages.base import run_stage_locally
 from lenses_data.stages.validate import ValidateStage
 from tests.lenses_data.models.test_client_outage import TEXTS, _rules_run

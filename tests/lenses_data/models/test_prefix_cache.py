@@ -14,8 +14,8 @@ from skimage import data as skdata
 from lenses_data.config.annotate import AnnotateConfig
 from lenses_data.models import probe
 from lenses_data.models.client import ModelClient
-from lenses_data.models.testing import sim_models_config
-from lenses_data.models.vllm_prompt import BLOCK_TOKENS, PrefixCache, prompt_units
+from lenses_data.simulator.testing import sim_models_config
+from lenses_data.simulator.vllm_prompt import BLOCK_TOKENS, PrefixCache, prompt_units
 from lenses_data.stages import generate
 
 

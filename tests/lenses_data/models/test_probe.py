@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lenses_data.cli import main
+from lenses_app.cli import main
 from lenses_data.models import probe
 from lenses_data.models.client import ModelClient, ModelRequest
 from lenses_data.models.parsing import parse_choice, pick_choice
-from lenses_data.models.simulator import free_port
-from lenses_data.models.testing import sim_models_config, sim_stats
 from lenses_data.models.types import INVALID_CHOICE, AnswerError, CapabilityMissing
+from lenses_data.simulator.simulator import free_port
+from lenses_data.simulator.testing import sim_models_config, sim_stats
 
 CHOICES = ["YES", "NO"]
 

@@ -8,7 +8,7 @@ import pytest
 
 from lenses_data.models.client import ModelClient, ModelRequest
 from lenses_data.models.parsing import parse_choice
-from lenses_data.models.testing import sim_models_config
+from lenses_data.simulator.testing import sim_models_config
 
 
 def test_progress_lines_and_simulated_banner(simulator, caplog: pytest.LogCaptureFixture) -> None:

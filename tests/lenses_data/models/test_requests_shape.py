@@ -16,16 +16,16 @@ import pytest
 from PIL import Image
 from skimage import data as skdata
 
+from lenses_data.annotation.prompts import get_template
 from lenses_data.config import load_config
 from lenses_data.config.annotate import AnnotateConfig
 from lenses_data.config.models import INTERNVL_IMAGE_PLACEHOLDER, ModelsConfig
 from lenses_data.models.client import ModelClient, ModelRequest
 from lenses_data.models.messages import request_hash
 from lenses_data.models.serve import vllm_args
-from lenses_data.models.simulator import SimConfig, run_in_thread
-from lenses_data.models.testing import sim_models_config
-from lenses_data.models.vllm_prompt import render_string_turn
-from lenses_data.prompts import get_template
+from lenses_data.simulator.simulator import SimConfig, run_in_thread
+from lenses_data.simulator.testing import sim_models_config
+from lenses_data.simulator.vllm_prompt import render_string_turn
 from lenses_data.stages import filter as filter_stage
 from lenses_data.stages import generate, validate
 from lenses_data.stages.visual_validate import VISUAL_VALIDATOR

@@ -7,7 +7,7 @@ import shlex
 
 import pytest
 
-from lenses_data.cli import main
+from lenses_app.cli import main
 from lenses_data.config.models import ModelsConfig
 from lenses_data.models.serve import plan_replicas
 
@@ -86,10 +86,10 @@ def test_launch_waits_for_health_then_stops(capsys: pytest.CaptureFixture[str]) 
     import sys
 
     from lenses_data.models.serve import Replica, launch, stop
-    from lenses_data.models.simulator import free_port
+    from lenses_data.simulator.simulator import free_port
 
     port = free_port()
-    replica = Replica([0], port, [sys.executable, "-m", "lenses_data.cli", "simulate", "--port", str(port)])
+    replica = Replica([0], port, [sys.executable, "-m", "lenses_app.cli", "simulate", "--port", str(port)])
     processes = launch([replica], health_timeout_s=60)
     try:
         assert f"ready: http://127.0.0.1:{port}/v1 serving simulated/" in capsys.readouterr().out

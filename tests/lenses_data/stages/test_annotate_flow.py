@@ -14,13 +14,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from lenses_app.cli import main
 from lenses_data import io
-from lenses_data.cli import main
 from lenses_data.config import config_from_dict
 from lenses_data.config.models import ROLES
 from lenses_data.models.client import ModelClient
-from lenses_data.models.simulator import SimConfig, run_in_thread
 from lenses_data.schemas import LENS_NAMES, LensText
+from lenses_data.simulator.simulator import SimConfig, run_in_thread
 from lenses_data.stages.base import run_stage_locally
 from lenses_data.stages.dedupe import DedupeStage
 from lenses_data.stages.export import ExportStage

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from lenses_app.cli import main
 from lenses_data import io
-from lenses_data.cli import main
 from lenses_data.config import config_from_dict
 from lenses_data.schemas import CandidateImage, DedupePair, DedupeRecord
 from lenses_data.stages.base import run_stage_locally
@@ -156,8 +156,9 @@ def test_stored_hash_is_imagehash_of_the_decoded_view(sample_pool, ingested_run)
     import imagehash
     from PIL import Image, ImageOps
 
+    from lenses_data.candidates.view_hash import view_scale
     from lenses_data.dedupe.hash_index import hamming
-    from lenses_data.dedupe.hashing import bits_to_int64, view_scale
+    from lenses_data.dedupe.hashing import bits_to_int64
 
     images = io.read_stage(ingested_run, "ingest", CandidateImage)
     jpegs = images[(images["format"] == "JPEG") & ~images["orientation_applied"] & (images["mode"] == "RGB")]
@@ -184,8 +185,9 @@ def test_greyscale_jpeg_is_hashed_as_imagehash_of_its_rgb_view() -> None:
     from PIL import Image
     from skimage import data
 
-    from lenses_data.dedupe.hashing import bits_to_int64, view_codes, view_scale
-    from lenses_data.imaging import DecodeLimits, inspect_image_bytes
+    from lenses_data.candidates.imaging import DecodeLimits, inspect_image_bytes
+    from lenses_data.candidates.view_hash import view_codes, view_scale
+    from lenses_data.dedupe.hashing import bits_to_int64
 
     limits = DecodeLimits(1, 100.0, 10**8, 10**8, ("JPEG",))
     buffer = pyio.BytesIO()

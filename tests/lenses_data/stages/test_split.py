@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from lenses_app.cli import main
 from lenses_data import io
-from lenses_data.cli import main
 from lenses_data.config import config_from_dict
 from lenses_data.config.dedupe import PRODUCTION_SPLIT, TABLE1_IMAGES, SplitConfig
 from lenses_data.schemas import DedupePair, DedupeRecord, FilterDecision, SplitAssignment

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
+from lenses_data.annotation.prompts import get_template
 from lenses_data.config.annotate import AnnotateConfig
-from lenses_data.prompts import get_template
 from lenses_data.stages import validate, visual_validate
 from tests.lenses_data.stages.annotate_fakes import ScriptedClient
 from tests.lenses_data.stages.annotate_rows import frame, lens_row

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import torch
 
+from lenses_data.schemas import LENS_KEYS
 from training.baselines.global_only import global_scores
 from training.evaluation.config import EvalConfig, load_eval_config
 from training.evaluation.lens_slot import lens_slot_metrics
-from training.evaluation.metrics import LENS_KEYS, retrieval_metrics
+from training.evaluation.metrics import retrieval_metrics
 from training.evaluation.run import MAIN_SYSTEM, evaluate_encoded, write_outputs
 from training.evaluation.scoring import score_lens_slots
 from training.evaluation.types import EncodedSplit
@@ -126,7 +127,7 @@ def test_lenses_evaluate_on_tiny_trained_model(tiny_config, tiny_export, tmp_pat
     """Train the tiny model for 2 steps with the training helper's loop, then `lenses evaluate`."""
     import yaml
 
-    from lenses_data.cli import main
+    from lenses_app.cli import main
     from training.loop.train import train
 
     tiny_config.optim.max_steps = 2
@@ -269,7 +270,7 @@ def test_evaluate_retriever_flow(eval_prefect_harness, tiny_export, tmp_path):
 
 
 def test_cli_reports_bad_inputs_without_traceback(tmp_path, capsys):
-    from lenses_data.cli import main
+    from lenses_app.cli import main
 
     assert main(["evaluate", "--config", "eval-tiny", "--export", str(tmp_path / "missing")]) == 2
     assert "export table missing" in capsys.readouterr().err

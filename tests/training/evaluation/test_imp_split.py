@@ -138,7 +138,7 @@ def test_config_errors_are_clear():
 def test_imp_split_command_then_evaluate_adds_per_difficulty_tables(tiny_export, tmp_path, checkpoints):
     import yaml
 
-    from lenses_data.cli import main
+    from lenses_app.cli import main
     from tests.training.evaluation.test_evaluate import write_fake_encodings
     from training.evaluation.inputs import read_encodings
     from training.evaluation.scoring import score_lens_slots

@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from training.evaluation.metrics import LENS_KEYS, retrieval_metrics
+from lenses_data.schemas import LENS_KEYS
+from training.evaluation.metrics import retrieval_metrics
 
 
 def _ranked(scores, items):

@@ -81,7 +81,7 @@ def test_lenses_evaluate_fills_the_papers_tables(tiny_config, tiny_export, tiny_
     import pandas as pd
     import yaml
 
-    from lenses_data.cli import main
+    from lenses_app.cli import main
     from training.dryrun.zero_shot import materialize_tiny_blip2, materialize_tiny_hf_clip
 
     main_ckpt = _train(tiny_config, tmp_path / "main")

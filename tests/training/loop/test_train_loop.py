@@ -115,7 +115,7 @@ def test_optimizer_groups_hold_only_trainable_params(tiny_retriever):
 def test_cli_train_then_encode_is_chunked_and_resumable(tiny_export, tmp_path, capsys):
     import numpy as np
 
-    from lenses_data.cli import main
+    from lenses_app.cli import main
     from training.evaluation.encode import load_encoded
 
     run, enc = tmp_path / "run", tmp_path / "enc"

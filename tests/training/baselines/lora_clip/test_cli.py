@@ -6,7 +6,7 @@ import json
 
 import torch
 
-from lenses_data.cli import main
+from lenses_app.cli import main
 
 
 def test_train_lora_clip_command(irfl_folder, tmp_path, capsys):

@@ -1,0 +1,184 @@
+"""`lenses filter | generate | rules | validate | visual-validate | export`: run one annotation stage.
+
+Each command runs its stage over every shard of the run in this process (finished shards are
+skipped, answered model calls are replayed from the run's journal) and prints the stage summary.
+`--simulate` answers model calls with the built-in simulator on 127.0.0.1 (outputs are marked
+simulated).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "filter": (
+        "filter",
+        "Listing 1: ask the VLM whether each deduplicated image supports clearly different "
+        "non-literal readings (YES/NO); writes RUN/filter and reports the pass rate",
+    ),
+    "generate": (
+        "generate",
+        "Listings 2-3: generate image-side prompts and captions (Prompt/Caption, Focus, "
+        "Category) for every image that passed the filter and has a split; writes RUN/generate",
+    ),
+    "rules": (
+        "rules",
+        "deterministic rule checks (word counts, self-containedness, artifacts, Category, Focus, "
+        "phrase-bank idioms per lens, near-duplicates); writes RUN/rules",
+    ),
+    "validate": (
+        "validate",
+        "Listing 4: text-only validation and light editing of every text (edit, keep or "
+        "discard; Focus and Category fixed); writes RUN/validate",
+    ),
+    "visual-validate": (
+        "visual_validate",
+        "Listing 5: image-grounded validation of test-split texts; other "
+        "splits pass through; writes RUN/visual_validate",
+    ),
+}
+
+
+# A model endpoint could not do the work (down after retries, or lacking a needed feature): the
+# shard in progress wrote nothing and a rerun retries it.
+MODEL_SERVICE_EXIT = 4
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--run", help="run directory (default: run_dir of the config)")
+    parser.add_argument("--config", help="pipeline YAML config (default: built-in defaults)")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    for command, (stage, help_text) in COMMANDS.items():
+        parser = subparsers.add_parser(command, help=help_text, description=help_text)
+        _common(parser)
+        parser.add_argument(
+            "--simulate", action="store_true", help="answer model calls with the built-in simulator (dry run)"
+        )
+        parser.set_defaults(func=handle_stage, stage=stage)
+    parser = subparsers.add_parser(
+        "export",
+        help="write the final dataset: images/captions/prompts/rejections.parquet, manifest.json and a "
+        "dataset card README.md with figures",
+    )
+    _common(parser)
+    parser.add_argument("--out", help="output folder (default: RUN/export)")
+    parser.add_argument(
+        "--embed-images",
+        action="store_true",
+        default=None,
+        help="write the image bytes into the Hugging Face images config (hf/images/, ~500 MB shards) so a "
+        "copied export keeps its images (config: export.embed_images)",
+    )
+    parser.add_argument(
+        "--embed-max-side",
+        type=int,
+        metavar="PX",
+        help="embed JPEGs re-encoded to at most PX on the longer side, e.g. 512; implies --embed-images "
+        "(default: the original files' bytes; config: export.embed_max_side)",
+    )
+    parser.set_defaults(func=handle_export)
+
+
+def _load(args: argparse.Namespace):
+    from lenses_data.config import load_config
+
+    config = load_config(args.config)
+    if args.run:
+        config.run_dir = args.run
+    return config
+
+
+def _simulated(config, stack):
+    from lenses_data.config.models import ROLES
+    from lenses_data.simulator.simulator import SimConfig, run_in_thread
+
+    url = stack.enter_context(run_in_thread(SimConfig()))
+    for role in ROLES:
+        config.models.role(role).base_urls = [url]
+    return config
+
+
+def handle_stage(args: argparse.Namespace) -> int:
+    import contextlib
+    import json
+    import sys
+    from pathlib import Path
+
+    from lenses_data.config import ConfigError
+    from lenses_data.io import StageIncompleteError
+    from lenses_data.models.types import ModelServiceError
+    from lenses_data.runlock import RunDirectoryInUse, run_directory_lock
+    from lenses_data.stages.base import run_stage_locally
+    from lenses_data.stages.registry import open_stage
+
+    with contextlib.ExitStack() as stack:
+        try:
+            config = _load(args)
+            stack.enter_context(run_directory_lock(config.run_dir))
+            if args.simulate:
+                config = _simulated(config, stack)
+                print("SIMULATED: model answers come from the built-in simulator", file=sys.stderr)
+            stage = stack.enter_context(open_stage(args.stage, config))
+            summary = run_stage_locally(stage, Path(config.run_dir))
+        except (ConfigError, StageIncompleteError, FileNotFoundError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        except RunDirectoryInUse as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 3
+        except ModelServiceError as error:  # an outage or a server lacking a feature: expected, no traceback
+            print(f"error: {error}", file=sys.stderr)
+            return MODEL_SERVICE_EXIT
+    print(json.dumps(summary, indent=1, sort_keys=True, default=str))
+    return 0
+
+
+def _embed_options(config, args: argparse.Namespace) -> None:
+    """Apply --embed-images/--embed-max-side to config.export, validated like the config file."""
+    from pydantic import ValidationError
+
+    from lenses_data.config import ConfigError
+    from lenses_data.config.export import ExportConfig
+
+    update = {}
+    if args.embed_images or args.embed_max_side is not None:
+        update["embed_images"] = True
+    if args.embed_max_side is not None:
+        update["embed_max_side"] = args.embed_max_side
+    try:
+        config.export = ExportConfig.model_validate({**config.export.model_dump(), **update})
+    except ValidationError as error:
+        raise ConfigError(f"--embed-max-side: {error.errors()[0]['msg']}") from None
+
+
+def handle_export(args: argparse.Namespace) -> int:
+    import sys
+    from pathlib import Path
+
+    from lenses_data.config import ConfigError
+    from lenses_data.io import StageIncompleteError
+    from lenses_data.stages.base import run_stage_locally
+    from lenses_data.stages.export import ExportStage, export_dataset
+
+    try:
+        config = _load(args)
+        _embed_options(config, args)
+        run = Path(config.run_dir)
+        if args.out:
+            manifest = export_dataset(run, Path(args.out), config)
+            out = Path(args.out)
+        else:
+            manifest = run_stage_locally(ExportStage(config), run)
+            out = run / "export"
+    except (ConfigError, StageIncompleteError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    tables = manifest.get("tables", {})
+    print(f"dataset written to {out.resolve()}: " + ", ".join(f"{k} {v:,} rows" for k, v in tables.items()))
+    images = "with the image bytes" if config.export.embed_images else "images as build-machine paths"
+    print(f"Hugging Face: datasets.load_dataset({str(out.resolve())!r}, 'captions'); {images}")
+    if manifest.get("simulated"):
+        print("SIMULATED: this export contains simulated model answers; do not train on it", file=sys.stderr)
+    return 0

@@ -1,0 +1,106 @@
+"""`lenses run`: the whole `build-dataset` flow in this process with Prefect's local engine."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+SIMULATED_BANNER = (
+    "\n" + "!" * 78 + "\n"
+    "!!  SIMULATED RUN: every model answer came from the built-in simulator, not from\n"
+    "!!  InternVL3.5-38B or Qwen2.5-32B. The outputs are marked simulated=true and are\n"
+    "!!  for checking the pipeline only, never for training or evaluation.\n" + "!" * 78
+)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="run the whole pipeline (build-dataset flow) in-process",
+        description="Run ingest -> dedupe -> filter -> split -> generate -> rules -> validate -> "
+        "visual-validate -> export with Prefect's local engine (no Prefect server needed). "
+        "A rerun of the same configuration resumes: finished shards and answered model calls are reused; "
+        "a rerun whose settings change what a stage on disk produced stops with exit code 2.",
+    )
+    parser.add_argument(
+        "--config", help="YAML config (default: configs/sample.yaml with --sample, else defaults)"
+    )
+    parser.add_argument("--run", dest="run_dir", help="run directory (overrides the config's run_dir)")
+    parser.add_argument(
+        "--sample",
+        action="store_true",
+        help="build the bundled sample pool and answer every model call with the simulator (dry run)",
+    )
+    parser.add_argument("--simulate", action="store_true", help="use the simulator for model calls")
+    from lenses_data.stages.registry import STAGES
+
+    parser.add_argument(
+        "--stop-after",
+        choices=[name.replace("_", "-") for name in STAGES],
+        help="stop after this stage, e.g. dedupe",
+    )
+    parser.set_defaults(func=handle)
+
+
+def _default_sample_config() -> str | None:
+    from lenses_data.resources import resource_dir
+
+    try:
+        candidate = resource_dir("configs") / "sample.yaml"
+    except FileNotFoundError:
+        return None
+    return str(candidate) if candidate.exists() else None
+
+
+def handle(args: argparse.Namespace) -> int:
+    from flows.build import build_dataset
+    from flows.common import load_run_config
+    from lenses_app.commands.annotate import MODEL_SERVICE_EXIT
+    from lenses_data.config import ConfigError
+    from lenses_data.models.types import ModelServiceError
+    from lenses_data.runlock import RunDirectoryInUse, ensure_run_directory_free
+
+    config_path = args.config or (_default_sample_config() if args.sample else None)
+    params = {
+        "config_path": config_path,
+        "run_dir": args.run_dir,
+        "sample": args.sample,
+        "simulate": args.sample or args.simulate,
+        "stop_after": args.stop_after.replace("-", "_") if args.stop_after else None,
+    }
+    try:
+        ensure_run_directory_free(load_run_config(config_path, args.run_dir).run_dir)
+        result = build_dataset(**params)
+    except RunDirectoryInUse as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 3
+    except ConfigError as error:  # a wrong setting is the user's to fix: one message, no traceback
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except ModelServiceError as error:  # an outage or a server lacking a feature: no traceback here
+        print(f"error: {error}", file=sys.stderr)
+        return MODEL_SERVICE_EXIT
+    run_dir = Path(result["run_dir"]).resolve()
+    print(
+        json.dumps(
+            {
+                s["stage"]: {k: s.get(k) for k in ("records_in", "records_out", "rejected")}
+                for s in result["stages"]
+            },
+            indent=1,
+        )
+    )
+    export_dir = run_dir / "export"
+    print(f"\nrun directory: {run_dir}")
+    if export_dir.exists():
+        print(
+            f"dataset:       {export_dir}  (images/captions/prompts/rejections.parquet, manifest.json, README.md)"
+        )
+    report = export_dir / "report" / "index.html"
+    if report.exists():
+        print(f"report:        {report}  (open it in a browser: images, texts by lens, rejections)")
+    if result.get("simulated"):
+        print(SIMULATED_BANNER, file=sys.stderr)
+    return 0

@@ -1,0 +1,152 @@
+"""Settings guard: a rerun on a run directory must use the settings its finished shards were made with.
+
+Each stage declares `output_settings`: the config paths (and `prompt:<template>` hashes) that
+decide its output. When a stage starts, the values and their digest go to `RUN/<stage>/_SETTINGS.json`
+(written before its first shard, so a half-finished stage is covered too). A stage's digest also
+holds the digest of the stage before it, so a stage whose input changed differs as well.
+
+Before a run does any work, `check_run_settings` compares every stage already on disk with the
+current settings and stops at the first one that differs (a `SettingsChanged`, a config error:
+exit code 2 from `lenses run`). Run directories written before this guard (no file) are accepted
+with one warning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from lenses_data import io
+from lenses_data.config import ConfigError, PipelineConfig
+
+log = logging.getLogger(__name__)
+
+SETTINGS_FILE = "_SETTINGS.json"
+PROMPT = "prompt:"
+# Fields of a declared section that change speed or placement only, never rows.
+RUNTIME_ONLY = frozenset({"dedupe.hash_workers", "dedupe.clip_device", "dedupe.clip_batch_size"})
+
+
+class SettingsChanged(ConfigError):
+    """A stage on disk was produced with other settings than this run's."""
+
+
+def _value(config: PipelineConfig, path: str) -> Any:
+    if path.startswith(PROMPT):
+        from lenses_data.annotation.prompts import get_template
+
+        return get_template(path[len(PROMPT) :]).hash
+    node: Any = config
+    for part in path.split("."):
+        node = getattr(node, part)
+    return node.model_dump(mode="json") if hasattr(node, "model_dump") else node
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _flatten(f"{prefix}.{key}", item, out)
+    elif prefix not in RUNTIME_ONLY:
+        out[prefix] = value
+
+
+def _in_run(value: Any, prefixes: tuple[str, ...]) -> Any:
+    """Paths inside the run directory as `RUN/...`: a moved or copied run directory is the same run."""
+    if isinstance(value, list):
+        return [_in_run(item, prefixes) for item in value]
+    if isinstance(value, str):
+        for prefix in prefixes:
+            if value == prefix or value.startswith(prefix + "/"):
+                return "RUN" + value[len(prefix) :]
+    return value
+
+
+def stage_inputs(name: str, config: PipelineConfig) -> dict[str, Any]:
+    """The readable settings that decide stage `name`'s output, one dotted key per value."""
+    from lenses_data.stages.registry import stage_class
+
+    run = Path(config.run_dir)
+    prefixes = tuple(dict.fromkeys([str(run.resolve()), str(run.absolute()), str(run)]))
+    out: dict[str, Any] = {}
+    for path in getattr(stage_class(name), "output_settings", ()):
+        _flatten(path, _value(config, path), out)
+    return {key: _in_run(value, prefixes) for key, value in sorted(out.items())}
+
+
+def _digest(payload: Any) -> str:
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def expected_settings(config: PipelineConfig, order: list[str]) -> dict[str, dict[str, Any]]:
+    """Per stage in run order: its inputs, the previous stage's digest and its own digest."""
+    expected: dict[str, dict[str, Any]] = {}
+    upstream = ""
+    for name in order:
+        inputs = stage_inputs(name, config)
+        digest = _digest({"inputs": inputs, "upstream": upstream})
+        expected[name] = {"stage": name, "digest": digest, "upstream": upstream, "inputs": inputs}
+        upstream = digest
+    return expected
+
+
+def settings_path(run: str | Path, stage: str) -> Path:
+    return io.stage_dir(run, stage) / SETTINGS_FILE
+
+
+def _has_outputs(run: Path, stage: str) -> bool:
+    folder = io.stage_dir(run, stage)
+    return folder.is_dir() and any(p.name != SETTINGS_FILE for p in folder.iterdir())
+
+
+def describe_change(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """`key old -> new` for each differing input; else the earlier stage that changed."""
+    before, after = old.get("inputs", {}), new["inputs"]
+    changes = [
+        f"{key} {json.dumps(before.get(key, '<unset>'))} -> {json.dumps(after.get(key, '<unset>'))}"
+        for key in sorted(set(before) | set(after))
+        if before.get(key, "<unset>") != after.get(key, "<unset>")
+    ]
+    return "; ".join(changes) if changes else "the settings of an earlier stage"
+
+
+def check_run_settings(run: str | Path, config: PipelineConfig, order: list[str]) -> None:
+    """Raise `SettingsChanged` for the first stage on disk made with other settings; warn about old dirs."""
+    run = Path(run)
+    expected = expected_settings(config, order)
+    unrecorded = []
+    for position, name in enumerate(order):
+        if not _has_outputs(run, name):
+            continue
+        path = settings_path(run, name)
+        if not path.exists():
+            unrecorded.append(name)
+            continue
+        old = json.loads(path.read_text())
+        if old.get("digest") != expected[name]["digest"]:
+            later = [f"{run / s}" for s in order[position + 1 :] if io.stage_dir(run, s).exists()]
+            remove = " ".join([str(run / name), *later])
+            raise SettingsChanged(
+                f"stage {name} in {run} was produced with other settings: {describe_change(old, expected[name])}. "
+                f"Use a new run directory, or delete {remove} to redo it with the new settings"
+            )
+    if unrecorded:
+        log.warning(
+            "run directory %s predates the settings guard (no %s in %s): its outputs are kept unchecked",
+            run,
+            SETTINGS_FILE,
+            ", ".join(unrecorded),
+        )
+
+
+def record_stage_settings(run: str | Path, stage: str, config: PipelineConfig, order: list[str]) -> None:
+    """Write the stage's settings before its first shard (kept as is when they already match)."""
+    entry = expected_settings(config, order[: order.index(stage) + 1])[stage]
+    path = settings_path(run, stage)
+    if path.exists() and json.loads(path.read_text()).get("digest") == entry["digest"]:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    io.atomic_write_json(path, entry)
