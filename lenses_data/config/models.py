@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from lenses_data.config.merge import deep_merge
+
 ROLES: tuple[str, ...] = ("filter", "generator", "validator", "visual_validator")
 INTERNVL = "OpenGVLab/InternVL3_5-38B"
 QWEN = "Qwen/Qwen2.5-32B-Instruct"
@@ -199,7 +201,7 @@ class ModelsConfig(Section):
         merged = dict(data)
         for role in ROLES:
             if isinstance(data.get(role), dict):
-                merged[role] = _deep_merge(_default_role(role).model_dump(), data[role])
+                merged[role] = deep_merge(_default_role(role).model_dump(), data[role])
         return merged
 
     @model_validator(mode="after")
@@ -219,17 +221,6 @@ class ModelsConfig(Section):
         """The request field for a choice constraint for this role: the role's setting, else what
         the serving release understands (the server's reported version, else the pinned one)."""
         return choice_field(self.role(role).structured_outputs, server_version or self.vllm_version)
-
-
-def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in extra.items():
-        out[key] = (
-            _deep_merge(out[key], value)
-            if isinstance(value, dict) and isinstance(out.get(key), dict)
-            else value
-        )
-    return out
 
 
 def choice_field(setting: str, version: str) -> str:

@@ -9,7 +9,7 @@ import pytest
 
 from lenses_app.cli import main
 from lenses_data.config.models import ModelsConfig
-from lenses_data.models.serve import plan_replicas
+from lenses_data.models.serve import ServeOptions, plan_replicas
 
 
 def _commands(capsys: pytest.CaptureFixture[str], *argv: str) -> list[list[str]]:
@@ -107,3 +107,63 @@ def test_launch_reports_a_server_that_exits() -> None:
     replica = Replica([0], 9, [sys.executable, "-c", "raise SystemExit(3)"])
     with pytest.raises(RuntimeError, match="exited with code 3"):
         launch([replica], health_timeout_s=60)
+
+
+def _serve_lines(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str], str]:
+    code = main(["serve", "--dry-run", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out.splitlines(), captured.err
+
+
+def test_a_role_with_a_key_binds_all_interfaces_and_passes_the_key_only_in_the_environment(
+    tmp_path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import yaml
+
+    config = tmp_path / "keyed.yaml"
+    config.write_text(yaml.safe_dump({"models": {"validator": {"api_key_env": "LENSES_TEST_KEY"}}}))
+    monkeypatch.setenv("LENSES_TEST_KEY", "s3cret-value")
+    code, lines, _ = _serve_lines(capsys, "--role", "validator", "--config", str(config))
+    (command,) = [shlex.split(line) for line in lines if line and not line.startswith("#")]
+    assert code == 0 and command[command.index("--host") + 1] == "0.0.0.0"
+    assert "VLLM_API_KEY=<value of $LENSES_TEST_KEY>" in command and "--api-key" not in command
+    assert not any("s3cret" in line for line in lines)
+    replica = plan_replicas(
+        ModelsConfig.model_validate({"validator": {"api_key_env": "LENSES_TEST_KEY"}}),
+        "validator",
+        1,
+        options=ServeOptions(host="0.0.0.0", api_key="s3cret-value", key_source="value of $LENSES_TEST_KEY"),
+    )[0]
+    assert replica.process_env()["VLLM_API_KEY"] == "s3cret-value"
+    assert "s3cret" not in " ".join(replica.argv) and "s3cret" not in replica.shell()
+
+
+def test_without_a_key_the_server_stays_on_loopback(capsys: pytest.CaptureFixture[str]) -> None:
+    code, lines, _ = _serve_lines(capsys, "--role", "validator")
+    (command,) = [shlex.split(line) for line in lines if line and not line.startswith("#")]
+    assert code == 0 and command[command.index("--host") + 1] == "127.0.0.1"
+    assert not any("VLLM_API_KEY" in part for part in command)
+    code, _, err = _serve_lines(capsys, "--role", "validator", "--host", "0.0.0.0")
+    assert code == 2 and "without an API key" in err
+
+
+@pytest.mark.parametrize(
+    ("release", "role", "flagged"),
+    [
+        ("0.32.0", "filter", True),
+        ("0.32.0", "generator", True),  # shares the filter's server, which sends the one-tile setting
+        ("0.32.0", "validator", False),
+        ("0.10.1.1", "filter", False),  # no such flag: per-request settings are accepted as they are
+    ],
+)
+def test_trust_request_mm_kwargs_follows_the_release(release: str, role: str, flagged: bool) -> None:
+    config = ModelsConfig(vllm_version=release)
+    (replica,) = plan_replicas(config, role, 1)
+    assert ("--trust-request-mm-kwargs" in replica.argv) is flagged
+
+
+def test_vllm_python_runs_the_server_module() -> None:
+    options = ServeOptions(vllm_python="/opt/vllm/bin/python", version="0.32.0")
+    (replica,) = plan_replicas(ModelsConfig(), "validator", 1, options=options)
+    assert replica.argv[:4] == ["/opt/vllm/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model"]
+    assert replica.argv[4] == "Qwen/Qwen2.5-32B-Instruct"
