@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import io
 import statistics
 import tempfile
 import time
