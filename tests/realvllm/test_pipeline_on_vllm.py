@@ -26,7 +26,8 @@ from lenses_data.simulator.simulator import free_port
 from tests.realvllm.pipeline_config import write_config
 from tests.realvllm.vllm_server import SERVER_ENV
 
-pytestmark = [pytest.mark.slow, pytest.mark.realvllm]
+# A server start (60-70 s idle, minutes on a busy machine) is paid inside the first test of each.
+pytestmark = [pytest.mark.slow, pytest.mark.realvllm, pytest.mark.timeout(2400)]
 REPO = Path(__file__).resolve().parents[2]
 MODEL_STAGES = ("filter", "generate", "validate", "visual_validate")
 
