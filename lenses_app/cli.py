@@ -40,6 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
 SAFE_PREFECT_DEFAULTS: dict[str, str] = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     "DO_NOT_TRACK": "1",
+    # The embedded server `lenses run` starts gets 20 s by default, counted in its 0.1 s sleeps
+    # only. Beside 8 CPU-bound jobs on 2 cores it needed more and the build failed at start
+    # ("Timed out while attempting to connect to ephemeral Prefect API server"); a coordinator is
+    # rarely idle, and waiting longer costs nothing when the server is up sooner.
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "600",
 }
 
 

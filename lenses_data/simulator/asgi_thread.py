@@ -19,11 +19,18 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def serve_in_thread(
-    app: Any, port: int | None = None, *, what: str = "server", thread_name: str | None = None, **options: Any
+    app: Any,
+    port: int | None = None,
+    *,
+    what: str = "server",
+    thread_name: str | None = None,
+    start_timeout_s: float = 120.0,
+    **options: Any,
 ) -> Iterator[str]:
     """Run `app` with uvicorn on 127.0.0.1 (a free port unless given) in a daemon thread; yields the
     base URL (…/v1) once the server accepts connections, and stops it on exit. `options` go to
-    `uvicorn.Config`; RuntimeError "<what> did not start" if it is not up within 20 s."""
+    `uvicorn.Config`; RuntimeError "<what> did not start" if it is not up within `start_timeout_s` (generous: a
+    busy coordinator starts a thread late, and an idle one is up in milliseconds anyway)."""
     import uvicorn
 
     port = port or free_port()
@@ -33,10 +40,12 @@ def serve_in_thread(
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=thread_name, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + start_timeout_s
     while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError(f"{what} did not start")
+        if not thread.is_alive():
+            raise RuntimeError(f"{what} did not start: its thread ended (port {port} taken?)")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not start within {start_timeout_s:.0f} s (machine too busy?)")
         time.sleep(0.01)
     try:
         yield f"http://127.0.0.1:{port}/v1"
