@@ -195,13 +195,20 @@ class ModelsConfig(Section):
     @model_validator(mode="before")
     @classmethod
     def _merge_role_defaults(cls, data: Any) -> Any:
-        """A partial role section (e.g. only base_urls) keeps that role's other defaults."""
+        """A partial role section (e.g. only base_urls) keeps that role's other defaults.
+
+        `mm_processor_kwargs` is taken whole, not merged: its keys belong to one model format
+        (max_dynamic_patch for the remote-code InternVL, max_patches for transformers' format), and a
+        merge kept the default's key beside the user's (found against vLLM 0.32, which accepts both)."""
         if not isinstance(data, dict):
             return data
         merged = dict(data)
         for role in ROLES:
-            if isinstance(data.get(role), dict):
-                merged[role] = deep_merge(_default_role(role).model_dump(), data[role])
+            section = data.get(role)
+            if isinstance(section, dict):
+                merged[role] = deep_merge(_default_role(role).model_dump(), section)
+                if "mm_processor_kwargs" in section:
+                    merged[role]["mm_processor_kwargs"] = section["mm_processor_kwargs"]
         return merged
 
     @model_validator(mode="after")

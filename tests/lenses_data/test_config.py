@@ -67,3 +67,13 @@ def test_production_config_reproduces_table_1_split_sizes():
     config = load_config(Path(__file__).resolve().parents[2] / "configs" / "production.yaml", environ={})
     assert (config.split.valid, config.split.test) == (1100, 5500)
     assert config.dedupe.clip_checkpoint  # production never runs CLIP dedupe with random weights
+
+
+def test_a_roles_processor_settings_replace_the_default_not_merge_into_it() -> None:
+    from lenses_data.config.models import ModelsConfig
+
+    models = ModelsConfig.model_validate({"filter": {"mm_processor_kwargs": {"max_patches": 1}}})
+    assert models.filter.mm_processor_kwargs == {"max_patches": 1}
+    assert ModelsConfig.model_validate({"filter": {"model": "m"}}).filter.mm_processor_kwargs == {
+        "max_dynamic_patch": 1
+    }
