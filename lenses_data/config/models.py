@@ -66,6 +66,12 @@ class ServeConfig(Section):
         description="--chat-template-content-format. InternVL roles pin `string`, the format in which "
         "vLLM keeps the role's `image_placeholder` where the client wrote it",
     )
+    compact_json: bool = Field(
+        default=True,
+        description="Constrained JSON without structural whitespace (vLLM's disable_any_whitespace, "
+        "the flag named as the release names it): shorter answers, and no answer of newlines up to "
+        "max_tokens",
+    )
     extra_args: list[str] = Field(default_factory=list)
 
 

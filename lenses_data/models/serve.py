@@ -119,7 +119,7 @@ def plan_replicas(
     if opts.gpus < per_replica:
         raise ValueError(f"{role_name} needs {per_replica} GPU(s) per replica; --gpus {opts.gpus} is too few")
     version = opts.version or config.vllm_version
-    flags = serve_flags(version, sends_request_mm_kwargs(config, role_name))
+    flags = serve_flags(version, sends_request_mm_kwargs(config, role_name), role.serve.compact_json)
     # The key's source is printed in its place; a dry run knows only the source.
     secret = [(API_KEY_ENV, opts.api_key or "", f"<{opts.key_source}>")] if opts.key_source else []
     replicas = []

@@ -167,3 +167,20 @@ def test_vllm_python_runs_the_server_module() -> None:
     (replica,) = plan_replicas(ModelsConfig(), "validator", 1, options=options)
     assert replica.argv[:4] == ["/opt/vllm/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model"]
     assert replica.argv[4] == "Qwen/Qwen2.5-32B-Instruct"
+
+
+@pytest.mark.parametrize(
+    ("release", "flags"),
+    [
+        ("0.10.1.1", ["--guided-decoding-backend", "xgrammar", "--guided-decoding-disable-any-whitespace"]),
+        ("0.32.0", ["--structured-outputs-config", '{"disable_any_whitespace":true}']),
+    ],
+)
+def test_compact_json_is_asked_for_as_each_release_names_it(release: str, flags: list[str]) -> None:
+    (replica,) = plan_replicas(ModelsConfig(vllm_version=release), "validator", 1)
+    start = replica.argv.index(flags[0])
+    assert replica.argv[start : start + len(flags)] == flags
+    off = ModelsConfig.model_validate(
+        {"vllm_version": release, "validator": {"serve": {"compact_json": False}}}
+    )
+    assert flags[0] not in plan_replicas(off, "validator", 1)[0].argv
