@@ -39,6 +39,12 @@ def stage_line(summary: dict[str, Any], seconds: float) -> str:
     )
 
 
+def _write(stream: TextIO, line: str) -> None:
+    # Not print(): inside a flow run with log_prints=True, Prefect turns print() into log records.
+    stream.write(line + "\n")
+    stream.flush()
+
+
 class PlainStages:
     """One line per stage when it ends; for a stdout that is not a terminal."""
 
@@ -55,10 +61,10 @@ class PlainStages:
     def stage_finished(self, summary: dict[str, Any]) -> None:
         count = self.counts.get(str(summary.get("stage")))
         seconds = time.monotonic() - count.started if count else 0.0
-        print(stage_line(summary, seconds), file=self.out, flush=True)
+        _write(self.out, stage_line(summary, seconds))
 
     def warn(self, line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
+        _write(sys.stderr, line)
 
     def __enter__(self) -> PlainStages:
         return self
