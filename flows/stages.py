@@ -1,4 +1,4 @@
-"""One Prefect flow per stage: map the stage's `process_shard` over its shards, then `finish`.
+"""One Prefect flow per stage: `lenses_data.stages.base.run_stage` with one Prefect task per shard.
 
 A build is one flow run, its one coordinator: the task runner (threads, or a Dask/Ray cluster)
 hands each shard task to one worker. The outputs on disk decide what is done: a shard whose files
@@ -9,6 +9,8 @@ in for a file that no longer exists. Only transient errors are retried (`flows.f
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +21,13 @@ from prefect.states import Completed, Failed
 
 from flows.common import load_run_config, make_task_runner, run_label, run_lock, run_name_from_parameters
 from flows.failures import explain, mark_stage, retry_transient, run_explained
+from flows.observers import Broadcast
 from flows.reporting import in_flow_run, publish_stage_table, start_progress, update_progress
 from flows.runlogs import lenses_logs_to_run
+from flows.worker_stages import discard_worker_stage, release_worker_stages, worker_stage
 from lenses_data.config import PipelineConfig
-from lenses_data.stages.base import ShardStats, log_simulated, summarize
-from lenses_data.stages.registry import build_stage, open_stage, pipeline_order
+from lenses_data.stages.base import ShardStats, log_simulated, run_stage
+from lenses_data.stages.registry import build_stage, pipeline_order
 from lenses_data.stages.settings_guard import check_run_settings, record_stage_settings
 
 
@@ -36,62 +40,52 @@ from lenses_data.stages.settings_guard import check_run_settings, record_stage_s
     persist_result=False,
     task_run_name="{stage_name}-shard-{shard:05d}",
 )
-def process_shard_task(stage_name: str, shard: int, config: PipelineConfig) -> Any:
-    with open_stage(stage_name, config) as stage:
+def process_shard_task(stage_name: str, shard: int, config: PipelineConfig, token: str) -> Any:
+    """One shard on this worker's stage (set up once per worker and stage run, `flows.worker_stages`)."""
+    stage = worker_stage(stage_name, config, token)
+    try:
         stats = stage.process_shard(Path(config.run_dir), shard)
+    except BaseException:
+        discard_worker_stage(stage_name, config, token)
+        raise
     if stats.skipped:  # outputs already on disk: say so in the UI instead of a plain "Completed"
         return Completed(name="Skipped", message="outputs already on disk", data=stats.to_dict())
     return stats.to_dict()
 
 
-@task(
-    retries=1, retry_condition_fn=retry_transient, cache_policy=None, persist_result=False,
-    task_run_name="{stage_name}-finish",
-)  # fmt: skip
-def finish_stage_task(
-    stage_name: str, config: PipelineConfig, results: list[dict[str, Any]]
-) -> dict[str, Any]:
-    stage = build_stage(stage_name, config, with_client=False)  # finishing makes no model call
-    run = Path(config.run_dir)
-    stats = [ShardStats(**r) for r in results]
-    # Every summary carries the common counts (shards, skipped, in/out/rejected), whatever the stage adds.
-    return {**summarize(stage_name, stats), **stage.finish(run, [s.shard for s in stats], stats)}
-
-
-@task(
-    retries=1, retry_condition_fn=retry_transient, cache_policy=None, persist_result=False,
-    task_run_name="{stage_name}-list-shards",
-)  # fmt: skip
-def list_shards_task(stage_name: str, config: PipelineConfig) -> list[int]:
-    return build_stage(stage_name, config, with_client=False).input_shards(Path(config.run_dir))
-
-
-def run_stage(stage_name: str, config: PipelineConfig, progress_id: str | None = None) -> dict[str, Any]:
-    """Map one stage over its shards inside the current flow; returns the stage summary."""
-    logger = get_run_logger()
-    shards = list_shards_task(stage_name, config)
-    logger.info("stage %s: %d shard(s)", stage_name, len(shards))
+def prefect_shard_map(
+    stage_name: str, config: PipelineConfig, token: str, progress_id: str | None
+) -> Callable[[list[int]], Iterator[ShardStats]]:
+    """`map_shards` for `run_stage`: one Prefect task per shard on the flow's task runner."""
     settings = config.orchestration
     shard_task = process_shard_task.with_options(
         retries=settings.task_retries, retry_delay_seconds=settings.retry_delay_s
     )
-    futures = shard_task.map(unmapped(stage_name), shards, unmapped(config))
-    results = []
-    for future in as_completed(futures):  # progress moves as shards finish, in any order
-        results.append(future.result())
-        update_progress(progress_id, stage_name, len(results), len(shards))
-    results.sort(key=lambda r: r["shard"])
-    summary = finish_stage_task(stage_name, config, results)
-    logger.info(
-        "stage %s: in=%s out=%s rejected=%s, shards %d (%d skipped, already done)",
-        stage_name,
-        summary.get("records_in"),
-        summary.get("records_out"),
-        summary.get("rejected"),
-        summary.get("shards", 0),
-        summary.get("shards_skipped", 0),
-    )
-    return summary
+
+    def map_shards(shards: list[int]) -> Iterator[ShardStats]:
+        futures = shard_task.map(unmapped(stage_name), shards, unmapped(config), unmapped(token))
+        for done, future in enumerate(as_completed(futures), 1):  # progress moves as shards finish
+            yield ShardStats(**future.result())
+            update_progress(progress_id, stage_name, done, len(shards))
+
+    return map_shards
+
+
+def run_stage_in_flow(
+    stage_name: str, config: PipelineConfig, progress_id: str | None = None
+) -> dict[str, Any]:
+    """Map one stage over its shards inside the current flow; returns the stage summary."""
+    stage = build_stage(stage_name, config, with_client=False)  # listing and finishing ask no model
+    token = uuid.uuid4().hex
+    try:
+        return run_stage(
+            stage,
+            Path(config.run_dir),
+            prefect_shard_map(stage_name, config, token, progress_id),
+            observer=Broadcast(),
+        )
+    finally:
+        release_worker_stages(token)
 
 
 @flow(name="stage-shards", log_prints=True)
@@ -102,7 +96,7 @@ def stage_shards_flow(stage_name: str, config: PipelineConfig, progress_id: str 
     traceback; the caller gets the original exception back.
     """
     try:
-        return run_stage(stage_name, config, progress_id)
+        return run_stage_in_flow(stage_name, config, progress_id)
     except Exception as error:
         mark_stage(error, stage_name)
         return Failed(message=explain(error), data=error)

@@ -110,7 +110,7 @@ def handle_stage(args: argparse.Namespace) -> int:
     from lenses_data.io import StageIncompleteError
     from lenses_data.models.types import ModelServiceError
     from lenses_data.runlock import RunDirectoryInUse, run_directory_lock
-    from lenses_data.stages.base import run_stage_locally
+    from lenses_data.stages.base import log_simulated, run_stage
     from lenses_data.stages.registry import open_stage
 
     with contextlib.ExitStack() as stack:
@@ -121,7 +121,8 @@ def handle_stage(args: argparse.Namespace) -> int:
                 config = _simulated(config, stack)
                 print("SIMULATED: model answers come from the built-in simulator", file=sys.stderr)
             stage = stack.enter_context(open_stage(args.stage, config))
-            summary = run_stage_locally(stage, Path(config.run_dir))
+            summary = run_stage(stage, Path(config.run_dir))
+            log_simulated(summary)
         except (ConfigError, StageIncompleteError, FileNotFoundError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
@@ -159,7 +160,7 @@ def handle_export(args: argparse.Namespace) -> int:
 
     from lenses_data.config import ConfigError
     from lenses_data.io import StageIncompleteError
-    from lenses_data.stages.base import run_stage_locally
+    from lenses_data.stages.base import run_stage
     from lenses_data.stages.export import ExportStage, export_dataset
 
     try:
@@ -170,7 +171,7 @@ def handle_export(args: argparse.Namespace) -> int:
             manifest = export_dataset(run, Path(args.out), config)
             out = Path(args.out)
         else:
-            manifest = run_stage_locally(ExportStage(config), run)
+            manifest = run_stage(ExportStage(config), run)
             out = run / "export"
     except (ConfigError, StageIncompleteError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -39,12 +39,12 @@ def handle(args: argparse.Namespace) -> int:
             result = calibrate(args.calibrate, config.dedupe.hash_kind)
             print(json.dumps(result, indent=1) if args.json else format_calibration(result))
             return 0
-        from lenses_data.stages.base import run_stage_locally
+        from lenses_data.stages.base import run_stage
         from lenses_data.stages.dedupe import DedupeStage, format_summary
 
         run = Path(args.run or config.run_dir)
         config.run_dir = str(run)
-        summary = run_stage_locally(DedupeStage(config), run)
+        summary = run_stage(DedupeStage(config), run)
     except (ConfigError, StageIncompleteError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -22,12 +21,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run ingest -> dedupe -> filter -> split -> generate -> rules -> validate -> "
         "visual-validate -> export with Prefect's local engine (no Prefect server needed). "
         "A rerun of the same configuration resumes: finished shards and answered model calls are reused; "
-        "a rerun whose settings change what a stage on disk produced stops with exit code 2.",
+        "a rerun whose settings change what a stage on disk produced stops with exit code 2. "
+        "A terminal shows one progress line per stage, warnings and a final funnel (stage, in, out, "
+        "rejected); -v shows every log line; the full log goes to RUN/logs/run-*.log.",
     )
     parser.add_argument(
         "--config", help="YAML config (default: configs/sample.yaml with --sample, else defaults)"
     )
-    parser.add_argument("--run", dest="run_dir", help="run directory (overrides the config's run_dir)")
+    parser.add_argument(
+        "--run", "--run-dir", dest="run_dir", help="run directory (overrides the config's run_dir)"
+    )
     parser.add_argument(
         "--sample",
         action="store_true",
@@ -40,6 +43,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--stop-after",
         choices=[name.replace("_", "-") for name in STAGES],
         help="stop after this stage, e.g. dedupe",
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=argparse.SUPPRESS,  # `lenses -v run` sets it too
+        help="print every log line (Prefect's task states, shard and model progress) instead of "
+        "one progress line per stage; either way the full log is written to RUN/logs/run-*.log",
     )
     parser.set_defaults(func=handle)
 
@@ -57,7 +68,10 @@ def _default_sample_config() -> str | None:
 def handle(args: argparse.Namespace) -> int:
     from flows.build import build_dataset
     from flows.common import load_run_config
+    from flows.observers import observing
     from lenses_app.commands.annotate import MODEL_SERVICE_EXIT
+    from lenses_app.run_logging import run_logging
+    from lenses_app.run_view import stage_view
     from lenses_data.config import ConfigError
     from lenses_data.models.types import ModelServiceError
     from lenses_data.runlock import RunDirectoryInUse, ensure_run_directory_free
@@ -70,9 +84,13 @@ def handle(args: argparse.Namespace) -> int:
         "simulate": args.sample or args.simulate,
         "stop_after": args.stop_after.replace("-", "_") if args.stop_after else None,
     }
+    verbose = bool(getattr(args, "verbose", False))
     try:
-        ensure_run_directory_free(load_run_config(config_path, args.run_dir).run_dir)
-        result = build_dataset(**params)
+        run_dir = load_run_config(config_path, args.run_dir).run_dir
+        ensure_run_directory_free(run_dir)
+        view = stage_view(sys.stdout)
+        with run_logging(run_dir, view, verbose) as log_path, view, observing(view):
+            result = build_dataset(**params)
     except RunDirectoryInUse as error:
         print(f"error: {error}", file=sys.stderr)
         return 3
@@ -82,16 +100,20 @@ def handle(args: argparse.Namespace) -> int:
     except ModelServiceError as error:  # an outage or a server lacking a feature: no traceback here
         print(f"error: {error}", file=sys.stderr)
         return MODEL_SERVICE_EXIT
+    if not verbose:  # Prefect's ephemeral server says goodbye at exit; the log file already has the run
+        import logging
+
+        logging.getLogger("prefect").setLevel(logging.WARNING)
+    _print_outcome(result, log_path)
+    return 0
+
+
+def _print_outcome(result: dict, log_path: Path) -> None:
+    from lenses_app.run_view import funnel_table
+
     run_dir = Path(result["run_dir"]).resolve()
-    print(
-        json.dumps(
-            {
-                s["stage"]: {k: s.get(k) for k in ("records_in", "records_out", "rejected")}
-                for s in result["stages"]
-            },
-            indent=1,
-        )
-    )
+    print()
+    print(funnel_table(result["stages"]))
     export_dir = run_dir / "export"
     print(f"\nrun directory: {run_dir}")
     if export_dir.exists():
@@ -101,6 +123,6 @@ def handle(args: argparse.Namespace) -> int:
     report = export_dir / "report" / "index.html"
     if report.exists():
         print(f"report:        {report}  (open it in a browser: images, texts by lens, rejections)")
+    print(f"log:           {log_path.resolve()}")
     if result.get("simulated"):
         print(SIMULATED_BANNER, file=sys.stderr)
-    return 0

@@ -34,12 +34,12 @@ def handle(args: argparse.Namespace) -> int:
         config = load_config(args.config)
         if args.input:
             config.split.input_stage = args.input
-        from lenses_data.stages.base import run_stage_locally
+        from lenses_data.stages.base import run_stage
         from lenses_data.stages.split import SplitStage, format_summary
 
         run = Path(args.run or config.run_dir)
         config.run_dir = str(run)
-        summary = run_stage_locally(SplitStage(config), run)
+        summary = run_stage(SplitStage(config), run)
     except (ConfigError, StageIncompleteError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -1,28 +1,20 @@
-"""Plumbing shared by the annotation stages (filter, generate, rules, validate, visual_validate).
-
-Each stage is a class following `lenses_data.stages.base.Stage` (reads the input stage's shard
-with the same index, writes its own shard and that shard's rejections, skips finished shards),
-around a pure `process_shard(df, client, config) -> (records_df, rejections_df)` function.
+"""Row helpers shared by the annotation stages (filter, generate, rules, validate, visual_validate):
+rejection rows, record frames, the split and path lookups. The stages themselves derive from
+`lenses_data.stages.base.ShardedStage`.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pyarrow.parquet as pq
 from pydantic import BaseModel
 
 from lenses_data import io
-from lenses_data.models.journal import shard_journal_path
 from lenses_data.schemas import LensText, Rejection, SplitAssignment, column_names
-from lenses_data.stages.base import ShardStats, input_shard_indices, shard_done, summarize
 
-ShardFn = Callable[[pd.DataFrame], tuple[pd.DataFrame, pd.DataFrame]]
 TEXT_COLUMNS: tuple[str, ...] = tuple(column_names(LensText))
 
 
@@ -97,85 +89,3 @@ def lens_text_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
         if row.get("original_text") is not None and pd.isna(row["original_text"]):
             row["original_text"] = None
     return rows
-
-
-def _rows(path: Path) -> int:
-    return pq.read_metadata(path).num_rows if path.exists() else 0
-
-
-class ShardedStage:
-    """A stage whose shard i reads shard i of `input_stage` and writes `model` rows."""
-
-    name: str = ""
-    input_stage: str = ""
-    model: type[BaseModel] = LensText
-    reads: tuple[str, ...] = ()
-    writes: tuple[str, ...] = ()
-
-    def __init__(self, config: Any, client: Any = None) -> None:
-        self.config = config
-        self.client = client
-
-    def input_shards(self, run: Path) -> list[int]:
-        return input_shard_indices(Path(run), self.input_stage)
-
-    def load_input(self, run: Path, shard: int) -> pd.DataFrame:
-        return io.read_shard(io.shard_path(run, self.input_stage, shard), self.input_model())
-
-    def input_model(self) -> type[BaseModel] | None:
-        return LensText
-
-    def transform(self, run: Path, shard: int, frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-        raise NotImplementedError
-
-    def process_shard(self, run: Path, shard: int) -> ShardStats:
-        run = Path(run)
-        if shard_done(run, self.name, shard):
-            return self.recount(run, shard)
-        frame = self.load_input(run, shard)
-        simulated_before = getattr(self.client, "simulated_answers", 0)
-        with self.shard_journal(run, shard):
-            records, rejected = self.transform(run, shard, frame)
-        io.write_shard(run, self.name, shard, records, self.model)
-        io.write_rejections(run, self.name, shard, rejected)
-        simulated = getattr(self.client, "simulated_answers", 0) - simulated_before
-        return ShardStats(
-            self.name,
-            shard,
-            records_in=len(frame),
-            records_out=len(records),
-            rejected=len(rejected),
-            reasons=dict(Counter(rejected["reason"])) if len(rejected) else {},
-            extra={"simulated_answers": simulated} if simulated else {},
-        )
-
-    def shard_journal(self, run: Path, shard: int) -> contextlib.AbstractContextManager[None]:
-        """The model client journals this shard's answers to its own file (model stages only)."""
-        opener = getattr(self.client, "shard_journal", None)
-        if opener is None:
-            return contextlib.nullcontext()
-        return opener(shard_journal_path(run, self.name, shard))
-
-    def recount(self, run: Path, shard: int) -> ShardStats:
-        """Stats of a shard finished earlier, read back from its files (so resumed totals are right)."""
-        rejected = io.read_shard(io.rejection_path(run, self.name, shard), Rejection)
-        return ShardStats(
-            self.name,
-            shard,
-            records_in=len(self.load_input(run, shard)),  # the stage's own view of its input (e.g. filtered)
-            records_out=_rows(io.shard_path(run, self.name, shard)),
-            rejected=len(rejected),
-            skipped=True,
-            reasons=dict(Counter(rejected["reason"])) if len(rejected) else {},
-        )
-
-    def extra_stats(self, run: Path) -> dict[str, Any]:
-        return {}
-
-    def finish(self, run: Path, shards: list[int], stats: list[ShardStats]) -> dict[str, Any]:
-        # Shards skipped by another runner (e.g. the flows' lease wrapper) carry no counts: recount.
-        stats = [self.recount(Path(run), s.shard) if s.skipped else s for s in stats]
-        summary = summarize(self.name, stats)
-        summary.update(self.extra_stats(Path(run)))
-        io.mark_stage_complete(run, self.name, shards, summary)
-        return summary

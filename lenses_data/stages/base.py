@@ -6,20 +6,32 @@ rejection files already exist, so a rerun after a crash repeats only unfinished 
 `finish` writes the success marker once every shard is done. Global stages (dedupe, split,
 export) have a single "shard" 0 and do their work in it.
 
-Flows map `process_shard` over `input_shards(run)` as Prefect tasks; `run_stage_locally` is the
-same thing as a plain loop, for the CLI and the tests.
+`run_stage` is the one way to run a stage over its shards: a plain loop by default (the CLI's
+single-stage commands, the tests), or the flows' Prefect tasks passed as `map_shards`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+import pandas as pd
+import pyarrow.parquet as pq
+from pydantic import BaseModel
 
 from lenses_data import io
+from lenses_data.config import PipelineConfig
+from lenses_data.models.journal import shard_journal_path
+from lenses_data.schemas import LensText, Rejection
+
+if TYPE_CHECKING:
+    from lenses_data.models.types import ModelRequest, ModelResult
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +75,34 @@ class Stage(Protocol):
     def finish(self, run: Path, shards: list[int], stats: list[ShardStats]) -> dict[str, Any]: ...
 
 
+class AnswerClient(Protocol):
+    """What a model stage asks of its client (`lenses_data.models.client.ModelClient`)."""
+
+    def run_sync(
+        self, requests: Sequence[ModelRequest], parse: Callable[[str], Any]
+    ) -> list[ModelResult]: ...
+
+    def close(self) -> None: ...
+
+
+class ColumnMismatch(ValueError):
+    """A shard's columns differ from what its stage declares (`reads`, `writes`): a bug, not data."""
+
+
+def check_columns(
+    stage: str, frame: pd.DataFrame, declared: Sequence[str], what: str, *, exact: bool
+) -> None:
+    """Raise, naming the stage and the columns, when `frame` lacks a declared column (or, when
+    `exact`, has one that is not declared)."""
+    missing = [c for c in declared if c not in frame.columns]
+    unexpected = [c for c in frame.columns if c not in declared] if exact else []
+    if not missing and not unexpected:
+        return
+    parts = [f"missing {missing}"] if missing else []
+    parts += [f"unexpected {unexpected}"] if unexpected else []
+    raise ColumnMismatch(f"stage {stage}: {what} columns differ from its declaration: {'; '.join(parts)}")
+
+
 def shard_done(run: Path, stage: str, shard: int) -> bool:
     """A shard is done when both its output and its rejections file exist (both written atomically)."""
     return io.shard_path(run, stage, shard).exists() and io.rejection_path(run, stage, shard).exists()
@@ -100,29 +140,160 @@ def log_simulated(summary: dict[str, Any], logger: logging.Logger | logging.Logg
         logger.warning("%s: %s", summary.get("stage"), simulated_banner(simulated))
 
 
-def run_stage_locally(
-    stage: Stage, run: Path, progress: Callable[[ShardStats], None] | None = None
+class StageObserver(Protocol):
+    """Told what a stage run does as it happens (a progress display, a UI); never changes it."""
+
+    def stage_started(self, stage: str, shards: int) -> None: ...
+
+    def shard_finished(self, stage: str, stats: ShardStats) -> None: ...
+
+    def stage_finished(self, summary: dict[str, Any]) -> None: ...
+
+
+# How a runner maps `process_shard` over shard indices: yields each shard's stats as it finishes,
+# in any order. The default is a plain loop in this process; the flows submit Prefect tasks.
+ShardMap = Callable[[list[int]], Iterable[ShardStats]]
+
+
+def run_stage(
+    stage: Stage,
+    run: Path,
+    map_shards: ShardMap | None = None,
+    observer: StageObserver | None = None,
 ) -> dict[str, Any]:
-    """Run every shard of a stage in this process, then mark it complete."""
+    """The one way to run a stage: list its shards, map `process_shard` over them, then `finish`.
+
+    Returns the summary: the common counts (shards, skipped, in/out/rejected) and what the
+    stage's `finish` adds.
+    """
+    run = Path(run)
     shards = stage.input_shards(run)
-    stats = []
+    log.info("stage %s: %d shard(s)", stage.name, len(shards))
+    if observer:
+        observer.stage_started(stage.name, len(shards))
+    mapper = map_shards or (lambda indices: (stage.process_shard(run, shard) for shard in indices))
+    stats: list[ShardStats] = []
     started = time.monotonic()
-    for number, shard in enumerate(shards, 1):
-        result = stage.process_shard(run, shard)
+    for result in mapper(shards):
         stats.append(result)
-        log.info(
-            "%s: shard %d/%d (%s) in=%d out=%d rejected=%d, %.1fs elapsed",
-            stage.name,
-            number,
-            len(shards),
-            "skipped, already done" if result.skipped else "done",
-            result.records_in,
-            result.records_out,
-            result.rejected,
-            time.monotonic() - started,
-        )
-        if progress:
-            progress(result)
-    summary = stage.finish(run, shards, stats)
-    log_simulated(summarize(stage.name, stats))
+        _log_shard(stage.name, result, len(stats), len(shards), time.monotonic() - started)
+        if observer:
+            observer.shard_finished(stage.name, result)
+    stats.sort(key=lambda item: item.shard)
+    summary = {**summarize(stage.name, stats), **stage.finish(run, [s.shard for s in stats], stats)}
+    log.info(
+        "stage %s: in=%s out=%s rejected=%s, shards %d (%d skipped, already done)",
+        stage.name,
+        summary.get("records_in"),
+        summary.get("records_out"),
+        summary.get("rejected"),
+        summary.get("shards", 0),
+        summary.get("shards_skipped", 0),
+    )
+    if observer:
+        observer.stage_finished(summary)
     return summary
+
+
+def _log_shard(stage: str, result: ShardStats, number: int, total: int, elapsed: float) -> None:
+    log.info(
+        "%s: shard %d/%d (%s) in=%d out=%d rejected=%d, %.1fs elapsed",
+        stage,
+        number,
+        total,
+        "skipped, already done" if result.skipped else "done",
+        result.records_in,
+        result.records_out,
+        result.rejected,
+        elapsed,
+    )
+
+
+def _rows(path: Path) -> int:
+    return pq.read_metadata(path).num_rows if path.exists() else 0
+
+
+class ShardedStage:
+    """The public base of the row stages: shard i reads shard i of `input_stage`, writes `model` rows.
+
+    A subclass declares `name`, `input_stage`, `model`, the columns it `reads` (checked on the
+    frame `load_input` returns) and `writes` (checked, exactly, before the shard is written),
+    and implements `transform`; model stages use `self.client`, injected.
+    """
+
+    name: str = ""
+    input_stage: str = ""
+    model: type[BaseModel] = LensText
+    reads: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
+
+    def __init__(self, config: PipelineConfig, client: AnswerClient | None = None) -> None:
+        self.config = config
+        self.client = client
+
+    def input_shards(self, run: Path) -> list[int]:
+        return input_shard_indices(Path(run), self.input_stage)
+
+    def load_input(self, run: Path, shard: int) -> pd.DataFrame:
+        return io.read_shard(io.shard_path(run, self.input_stage, shard), self.input_model())
+
+    def input_model(self) -> type[BaseModel] | None:
+        return LensText
+
+    def transform(self, run: Path, shard: int, frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """Input rows (what `load_input` returns) -> (records, rejections)."""
+        raise NotImplementedError
+
+    def process_shard(self, run: Path, shard: int) -> ShardStats:
+        run = Path(run)
+        if shard_done(run, self.name, shard):
+            return self.recount(run, shard)
+        frame = self.load_input(run, shard)
+        check_columns(self.name, frame, self.reads, f"input shard {shard} ({self.input_stage})", exact=False)
+        simulated_before = getattr(self.client, "simulated_answers", 0)
+        with self.shard_journal(run, shard):
+            records, rejected = self.transform(run, shard, frame)
+        check_columns(self.name, records, self.writes, f"output shard {shard}", exact=True)
+        io.write_shard(run, self.name, shard, records, self.model)
+        io.write_rejections(run, self.name, shard, rejected)
+        simulated = getattr(self.client, "simulated_answers", 0) - simulated_before
+        return ShardStats(
+            self.name,
+            shard,
+            records_in=len(frame),
+            records_out=len(records),
+            rejected=len(rejected),
+            reasons=dict(Counter(rejected["reason"])) if len(rejected) else {},
+            extra={"simulated_answers": simulated} if simulated else {},
+        )
+
+    def shard_journal(self, run: Path, shard: int) -> contextlib.AbstractContextManager[None]:
+        """The model client journals this shard's answers to its own file (model stages only)."""
+        opener = getattr(self.client, "shard_journal", None)
+        if opener is None:
+            return contextlib.nullcontext()
+        return opener(shard_journal_path(run, self.name, shard))
+
+    def recount(self, run: Path, shard: int) -> ShardStats:
+        """Stats of a shard finished earlier, read back from its files (so resumed totals are right)."""
+        rejected = io.read_shard(io.rejection_path(run, self.name, shard), Rejection)
+        return ShardStats(
+            self.name,
+            shard,
+            records_in=len(self.load_input(run, shard)),  # the stage's own view of its input (e.g. filtered)
+            records_out=_rows(io.shard_path(run, self.name, shard)),
+            rejected=len(rejected),
+            skipped=True,
+            reasons=dict(Counter(rejected["reason"])) if len(rejected) else {},
+        )
+
+    def extra_stats(self, run: Path) -> dict[str, Any]:
+        return {}
+
+    def finish(self, run: Path, shards: list[int], stats: list[ShardStats]) -> dict[str, Any]:
+        # Shards skipped by another runner (e.g. the flows' lease wrapper) carry no counts: recount.
+        stats = [self.recount(Path(run), s.shard) if s.skipped else s for s in stats]
+        summary = summarize(self.name, stats)
+        summary.update(self.extra_stats(Path(run)))
+        io.mark_stage_complete(run, self.name, shards, summary)
+        return summary

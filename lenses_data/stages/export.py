@@ -210,6 +210,6 @@ class ExportStage:
 
 def run_stage(run_dir: str | Path, config: Any, client: Any = None) -> dict[str, Any]:
     """Export RUN/export from a finished run (the default of `lenses export`)."""
-    from lenses_data.stages.base import run_stage_locally
+    from lenses_data.stages.base import run_stage
 
-    return run_stage_locally(ExportStage(config), Path(run_dir))
+    return run_stage(ExportStage(config), Path(run_dir))

@@ -16,15 +16,16 @@ import pandas as pd
 from lenses_data import io
 from lenses_data.annotation.answers import FILTER_CHOICES, parse_filter_answer
 from lenses_data.annotation.prompts import get_template
+from lenses_data.config import PipelineConfig
 from lenses_data.models.types import ModelRequest
 from lenses_data.schemas import CandidateImage, DedupeRecord, FilterDecision
 from lenses_data.stages._annotate import (
-    ShardedStage,
     failed_result_rejection,
     records_frame,
     rejection,
     rejections_frame,
 )
+from lenses_data.stages.base import AnswerClient, ShardedStage
 
 STAGE = "filter"
 TEMPLATE = "filter"
@@ -93,7 +94,7 @@ class FilterStage(ShardedStage):
     reads = ("image_id", "path")
     writes = tuple(FilterDecision.model_fields)
 
-    def __init__(self, config: Any, client: Any = None) -> None:
+    def __init__(self, config: PipelineConfig, client: AnswerClient | None = None) -> None:
         super().__init__(config, client)
         self._kept: set[str] | None = None
 
@@ -133,6 +134,6 @@ class FilterStage(ShardedStage):
 
 def run_stage(run_dir: str | Path, config: Any, client: Any = None) -> dict[str, Any]:
     """Run the stage over every shard of `run_dir` in this process (finished shards are skipped)."""
-    from lenses_data.stages.base import run_stage_locally
+    from lenses_data.stages.base import run_stage
 
-    return run_stage_locally(FilterStage(config, client=client), Path(run_dir))
+    return run_stage(FilterStage(config, client=client), Path(run_dir))

@@ -18,12 +18,12 @@ from lenses_data.annotation.answers import TEXT_KEY, array_schema, item_parser
 from lenses_data.annotation.phrase_bank import default_phrase_bank
 from lenses_data.annotation.prompts import get_template
 from lenses_data.annotation.rules import LISTING_OF_KIND
+from lenses_data.config import PipelineConfig
 from lenses_data.config.annotate import AnnotateConfig
 from lenses_data.ids import text_id
 from lenses_data.models.types import ModelRequest
 from lenses_data.schemas import FilterDecision, LensText
 from lenses_data.stages._annotate import (
-    ShardedStage,
     concat_rejections,
     failed_result_rejection,
     ingest_paths,
@@ -32,6 +32,7 @@ from lenses_data.stages._annotate import (
     rejections_frame,
     split_lookup,
 )
+from lenses_data.stages.base import AnswerClient, ShardedStage
 
 STAGE = "generate"
 TEMPLATE_OF_KIND = {"prompt": "image_side_prompts", "caption": "captions"}
@@ -147,7 +148,7 @@ class GenerateStage(ShardedStage):
     reads = ("image_id", "path", "split")
     writes = tuple(LensText.model_fields)
 
-    def __init__(self, config: Any, client: Any = None) -> None:
+    def __init__(self, config: PipelineConfig, client: AnswerClient | None = None) -> None:
         super().__init__(config, client)
         self._splits: dict[str, str] | None = None
 
@@ -187,6 +188,6 @@ class GenerateStage(ShardedStage):
 
 def run_stage(run_dir: str | Path, config: Any, client: Any = None) -> dict[str, Any]:
     """Run the stage over every shard of `run_dir` in this process (finished shards are skipped)."""
-    from lenses_data.stages.base import run_stage_locally
+    from lenses_data.stages.base import run_stage
 
-    return run_stage_locally(GenerateStage(config, client=client), Path(run_dir))
+    return run_stage(GenerateStage(config, client=client), Path(run_dir))

@@ -23,12 +23,12 @@ from lenses_data.annotation.phrase_bank import PhraseBank, default_phrase_bank
 from lenses_data.config.annotate import AnnotateConfig
 from lenses_data.schemas import LENS_NAMES, LensText
 from lenses_data.stages._annotate import (
-    ShardedStage,
     lens_text_rows,
     records_frame,
     rejection,
     rejections_frame,
 )
+from lenses_data.stages.base import ShardedStage
 
 STAGE = "rules"
 
@@ -238,6 +238,6 @@ def flag_counts(texts: pd.DataFrame) -> dict[str, dict[str, int]]:
 
 def run_stage(run_dir: str | Path, config: Any, client: Any = None) -> dict[str, Any]:
     """Run the stage over every shard of `run_dir` in this process (finished shards are skipped)."""
-    from lenses_data.stages.base import run_stage_locally
+    from lenses_data.stages.base import run_stage
 
-    return run_stage_locally(RulesStage(config, client=client), Path(run_dir))
+    return run_stage(RulesStage(config, client=client), Path(run_dir))

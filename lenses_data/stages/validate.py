@@ -32,13 +32,13 @@ from lenses_data.models import types as codes
 from lenses_data.models.types import ModelRequest
 from lenses_data.schemas import LensText
 from lenses_data.stages._annotate import (
-    ShardedStage,
     failed_result_rejection,
     lens_text_rows,
     records_frame,
     rejection,
     rejections_frame,
 )
+from lenses_data.stages.base import ShardedStage
 from lenses_data.stages.rules import per_text_violations
 
 STAGE = "validate"
@@ -245,6 +245,6 @@ class ValidateStage(ShardedStage):
 
 def run_stage(run_dir: str | Path, config: Any, client: Any = None) -> dict[str, Any]:
     """Run the stage over every shard of `run_dir` in this process (finished shards are skipped)."""
-    from lenses_data.stages.base import run_stage_locally
+    from lenses_data.stages.base import run_stage
 
-    return run_stage_locally(ValidateStage(config, client=client), Path(run_dir))
+    return run_stage(ValidateStage(config, client=client), Path(run_dir))

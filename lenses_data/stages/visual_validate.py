@@ -19,13 +19,13 @@ from lenses_data.annotation import rules
 from lenses_data.annotation.prompts import get_template
 from lenses_data.schemas import LensText
 from lenses_data.stages._annotate import (
-    ShardedStage,
     ingest_paths,
     lens_text_rows,
     records_frame,
     rejection,
     rejections_frame,
 )
+from lenses_data.stages.base import ShardedStage
 from lenses_data.stages.validate import Validator, _settings, validate_rows
 
 STAGE = "visual_validate"
@@ -82,6 +82,6 @@ class VisualValidateStage(ShardedStage):
 
 def run_stage(run_dir: str | Path, config: Any, client: Any = None) -> dict[str, Any]:
     """Run the stage over every shard of `run_dir` in this process (finished shards are skipped)."""
-    from lenses_data.stages.base import run_stage_locally
+    from lenses_data.stages.base import run_stage
 
-    return run_stage_locally(VisualValidateStage(config, client=client), Path(run_dir))
+    return run_stage(VisualValidateStage(config, client=client), Path(run_dir))

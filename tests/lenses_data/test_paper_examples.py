@@ -234,7 +234,7 @@ def _config(url: str, run: Path, annotate: dict | None = None):
 
 def _run(config, run: Path, server: PaperServer) -> None:
     from lenses_data.models.client import ModelClient
-    from lenses_data.stages.base import run_stage_locally
+    from lenses_data.stages.base import run_stage
     from lenses_data.stages.dedupe import DedupeStage
     from lenses_data.stages.export import ExportStage
     from lenses_data.stages.filter import FilterStage
@@ -246,14 +246,14 @@ def _run(config, run: Path, server: PaperServer) -> None:
     client = ModelClient.from_config(config.models, journal_dir=run / "journal")
     try:
         for stage in (DedupeStage(config), FilterStage(config, client=client), SplitStage(config)):
-            run_stage_locally(stage, run)
+            run_stage(stage, run)
         # Every published image's texts go to at least one pool image (round robin by id).
         assigned = sorted(io.read_stage(run, "split")["image_id"])
         assert len(assigned) >= 6, "the sample pool must give at least six images"
         server.row_of_image.update({image: i % 6 for i, image in enumerate(assigned)})
         for cls in (GenerateStage, rules_stage.RulesStage, ValidateStage, VisualValidateStage):
-            run_stage_locally(cls(config, client=client), run)
-        run_stage_locally(ExportStage(config), run)
+            run_stage(cls(config, client=client), run)
+        run_stage(ExportStage(config), run)
     finally:
         client.close()
 

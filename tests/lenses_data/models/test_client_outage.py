@@ -21,7 +21,7 @@ from lenses_data.models.types import EndpointUnavailable
 from lenses_data.schemas import LensText
 from lenses_data.simulator.simulator import free_port
 from lenses_data.stages._annotate import rejections_frame
-from lenses_data.stages.base import run_stage_locally
+from lenses_data.stages.base import run_stage
 from lenses_data.stages.validate import ValidateStage
 from tests.lenses_data.models.fakeserver import FakeServer, serving
 from tests.lenses_data.stages.annotate_rows import frame, lens_row
@@ -65,7 +65,7 @@ def _validate(url: str, run: Path) -> dict:
     config = config_from_dict(_config_dict(url, run), environ={})
     client = ModelClient.from_config(config.models, journal_dir=run / "journal")
     try:
-        return run_stage_locally(ValidateStage(config, client=client), run)
+        return run_stage(ValidateStage(config, client=client), run)
     finally:
         client.close()
 

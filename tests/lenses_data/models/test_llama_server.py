@@ -30,7 +30,7 @@ from lenses_data.models.client import ModelClient
 from lenses_data.models.types import CapabilityMissing
 from lenses_data.schemas import LensText
 from lenses_data.simulator.simulator import free_port
-from lenses_data.stages.base import run_stage_locally
+from lenses_data.stages.base import run_stage
 from lenses_data.stages.validate import ValidateStage
 from tests.lenses_data.models.test_client_outage import TEXTS, _rules_run
 
@@ -134,7 +134,7 @@ def test_validator_completes_through_a_fallback_or_stops_and_loses_nothing(
     config = config_from_dict(_config_dict(llama_url, run), environ={})
     client = ModelClient.from_config(config.models, journal_dir=run / "journal")
     try:
-        summary = run_stage_locally(ValidateStage(config, client=client), run)
+        summary = run_stage(ValidateStage(config, client=client), run)
     except CapabilityMissing as error:  # a clear stop: nothing written, nothing rejected
         assert llama_url in str(error) and error.role == "validator"
         assert not io.shard_path(run, "validate", 0).exists()

@@ -21,7 +21,7 @@ from lenses_data.config.models import ROLES
 from lenses_data.models.client import ModelClient
 from lenses_data.schemas import LENS_NAMES, LensText
 from lenses_data.simulator.simulator import SimConfig, run_in_thread
-from lenses_data.stages.base import run_stage_locally
+from lenses_data.stages.base import run_stage
 from lenses_data.stages.dedupe import DedupeStage
 from lenses_data.stages.export import ExportStage
 from lenses_data.stages.filter import FilterStage
@@ -78,7 +78,7 @@ def _run_all(config, run: Path) -> dict[str, dict]:
         stages = [
             cls(config) if cls in (DedupeStage, SplitStage) else cls(config, client=client) for cls in STAGES
         ]
-        return {stage.name: run_stage_locally(stage, run) for stage in stages}
+        return {stage.name: run_stage(stage, run) for stage in stages}
     finally:
         client.close()
 
@@ -179,7 +179,7 @@ def test_annotation_stages_over_http(ingested_run: Path, tmp_path: Path):
 def test_filter_command_with_simulator(ingested_run: Path, tmp_path: Path, capsys):
     run = tmp_path / "run"
     shutil.copytree(ingested_run, run)
-    run_stage_locally(DedupeStage(config_from_dict({}, environ={})), run)
+    run_stage(DedupeStage(config_from_dict({}, environ={})), run)
     assert main(["filter", "--run", str(run), "--simulate"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["decided"] == len(io.read_stage(run, "filter")) > 0

@@ -14,7 +14,7 @@ from lenses_app.cli import main
 from lenses_data import io
 from lenses_data.config import config_from_dict
 from lenses_data.schemas import CandidateImage, DedupePair, DedupeRecord
-from lenses_data.stages.base import run_stage_locally
+from lenses_data.stages.base import run_stage
 from lenses_data.stages.dedupe import DedupeStage, read_pairs, read_summary
 
 TINY_CLIP = {
@@ -33,7 +33,7 @@ def fresh_run(ingested_run: Path, tmp_path: Path, name: str = "run") -> Path:
 
 def dedupe(run: Path, **settings) -> pd.DataFrame:
     config = config_from_dict({"run_dir": str(run), "dedupe": settings}, environ={})
-    run_stage_locally(DedupeStage(config), run)
+    run_stage(DedupeStage(config), run)
     return io.read_stage(run, "dedupe", DedupeRecord)
 
 
@@ -307,7 +307,7 @@ def test_paper_order_dedupes_only_filter_passed_images(ingested_run, tmp_path) -
     io.write_shard(run, "filter", 0, pd.DataFrame(decisions), FilterDecision)
     io.mark_stage_complete(run, "filter", [0])
     config = config_from_dict({"run_dir": str(run), "dedupe_before_filter": False}, environ={})
-    run_stage_locally(DedupeStage(config), run)
+    run_stage(DedupeStage(config), run)
     assert set(io.read_stage(run, "dedupe", DedupeRecord)["image_id"]) == passed
 
 

@@ -258,7 +258,7 @@ def test_ingest_stage_protocol_runs_skips_and_resumes(
     sample_pool: Path, ingested_run: Path, tmp_path: Path
 ) -> None:
     from lenses_data.candidates.sample import sample_sources
-    from lenses_data.stages.base import run_stage_locally
+    from lenses_data.stages.base import run_stage
     from lenses_data.stages.registry import build_stage
 
     run = tmp_path / "run"
@@ -267,7 +267,7 @@ def test_ingest_stage_protocol_runs_skips_and_resumes(
         environ={},
     )
     stage = build_stage("ingest", config)
-    summary = run_stage_locally(stage, run)
+    summary = run_stage(stage, run)
     assert summary["records_out"] == len(read_stage(run, "ingest"))
     assert summary["reasons"]["exact_duplicate"] >= 1
     assert read_stage(run, "ingest").equals(read_stage(ingested_run, "ingest"))

@@ -14,7 +14,7 @@ from lenses_data import io
 from lenses_data.config import config_from_dict
 from lenses_data.config.dedupe import PRODUCTION_SPLIT, TABLE1_IMAGES, SplitConfig
 from lenses_data.schemas import DedupePair, DedupeRecord, FilterDecision, SplitAssignment
-from lenses_data.stages.base import run_stage_locally
+from lenses_data.stages.base import run_stage
 from lenses_data.stages.dedupe import PAIRS, DedupeStage
 from lenses_data.stages.split import SplitStage, assign_splits, leakage_report
 
@@ -87,7 +87,7 @@ def test_stage_keeps_leakage_neighbours_together_and_prefers_filter(tmp_path) ->
              for k in range(0, 400, 4)]  # fmt: skip
     write_dedupe(run, records, pairs)
     config = config_from_dict({"run_dir": str(run), "split": {"valid": 0.1, "test": 0.2}}, environ={})
-    summary = run_stage_locally(SplitStage(config), run)
+    summary = run_stage(SplitStage(config), run)
     assert summary["input_stage"] == "dedupe" and summary["leakage"]["total_cross_split"] == 0
     assignment = io.read_stage(run, "split", SplitAssignment)
     assert len(assignment) == 400
@@ -99,7 +99,7 @@ def test_stage_keeps_leakage_neighbours_together_and_prefers_filter(tmp_path) ->
                   "model": "m", "prompt_hash": "h", "simulated": True} for k, i in enumerate(ids)]  # fmt: skip
     io.write_shard(run, "filter", 0, pd.DataFrame(decisions), FilterDecision)
     io.mark_stage_complete(run, "filter", [0])
-    summary = run_stage_locally(SplitStage(config), run)
+    summary = run_stage(SplitStage(config), run)
     assert summary["input_stage"] == "filter" and summary["images"] == 200
 
 
@@ -109,7 +109,7 @@ def test_split_after_dedupe_on_sample_pool_via_cli(ingested_run, tmp_path, capsy
     config = config_from_dict({"run_dir": str(run), "dedupe": {"hamming_radius": 4, "leakage_hamming_radius": 16,
                                                              "crop_signal": False}},
                               environ={})  # fmt: skip
-    run_stage_locally(DedupeStage(config), run)
+    run_stage(DedupeStage(config), run)
     assert main(["split", "--run", str(run), "--input", "dedupe"]) == 0
     assert "leakage: 0 cross-split pairs" in capsys.readouterr().out
     dedupe = io.read_stage(run, "dedupe", DedupeRecord)

@@ -1,0 +1,53 @@
+"""What `lenses run` prints without a terminal: one plain line per finished stage, a funnel table."""
+
+from __future__ import annotations
+
+import io
+
+import pandas as pd
+import pytest
+
+from lenses_app.run_view import PlainStages, funnel_table, stage_view
+from lenses_data.stages.base import ColumnMismatch, ShardStats, check_columns
+
+SUMMARIES = [
+    {"stage": "ingest", "shards": 1, "records_in": 50, "records_out": 30, "rejected": 20},
+    {
+        "stage": "visual_validate",
+        "shards": 3,
+        "shards_skipped": 1,
+        "records_in": 273,
+        "records_out": 273,
+        "rejected": 0,
+    },
+]
+
+
+def test_a_pipe_gets_one_plain_line_per_finished_stage() -> None:
+    out = io.StringIO()
+    view = stage_view(out)
+    assert isinstance(view, PlainStages)
+    for summary in SUMMARIES:
+        view.stage_started(summary["stage"], summary["shards"])
+        view.shard_finished(summary["stage"], ShardStats(summary["stage"], 0, records_in=1))
+        view.stage_finished(summary)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2 and "\r" not in out.getvalue()
+    assert lines[0].split()[:2] == ["ingest", "1"] and "in 50  out 30  rejected 20" in lines[0]
+    assert "(1 already done)" in lines[1]
+
+
+def test_funnel_table_has_stage_in_out_rejected() -> None:
+    table = funnel_table(SUMMARIES).splitlines()
+    assert table[0].split() == ["stage", "in", "out", "rejected"]
+    assert table[2].split() == ["ingest", "50", "30", "20"]
+    assert table[3].split() == ["visual_validate", "273", "273", "0"]
+
+
+def test_declared_columns_are_checked_with_the_stage_named() -> None:
+    frame = pd.DataFrame({"image_id": ["a"], "extra": [1]})
+    check_columns("filter", frame, ("image_id",), "input shard 0", exact=False)
+    with pytest.raises(
+        ColumnMismatch, match=r"stage filter: output shard 0 .*missing \['path'\]; unexpected \['extra'\]"
+    ):
+        check_columns("filter", frame, ("image_id", "path"), "output shard 0", exact=True)
