@@ -98,7 +98,11 @@ def test_internvl_generator_and_visual_validator_answers_parse(
 ) -> None:
     uri = jpeg_uri(astronaut)
     schema = json_schema_format(array_schema("caption", 1, 40))
-    generated = chat(vllm_internvl, image_parts(get_template("captions").text, uri), response_format=schema)
+    # The generator role's sampling (configs/production.yaml). Greedy, the tiny model repeats items
+    # until max_tokens (the schema allows 40); sampled, it closes the array after a few.
+    sampling = {"temperature": 0.7, "top_p": 0.95, "seed": 0, "max_tokens": 1024}
+    parts = image_parts(get_template("captions").text, uri)
+    generated = chat(vllm_internvl, parts, response_format=schema, **sampling)
     assert generated["choices"][0]["finish_reason"] == "stop", generated
     assert parse_items(generated["choices"][0]["message"]["content"], "caption", 1, 40)
 

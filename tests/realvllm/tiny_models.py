@@ -26,6 +26,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import sys
 import tempfile
@@ -49,6 +50,7 @@ HIDDEN = 128
 HEADS = 2  # head_dim 64
 MAX_POSITIONS = 4096
 INTERNVL_ROLES = ("filter", "generator", "visual_validator")
+_PUNCTUATION = re.compile(r"[^\w\s]+")
 
 
 @dataclass(frozen=True)
@@ -121,9 +123,15 @@ def corpus_dir() -> Path:
 
 def tokenizer_texts(examples: list[Any], instruction_weight: int = 20) -> list[str]:
     """The BPE's training texts: each distinct instruction text `instruction_weight` times (so its
-    merges win), every answer and item list once."""
+    merges win), every answer and item list once; punctuation replaced by line breaks.
+
+    Without punctuation in its texts the BPE learns no merges like `"},{"` or `"Caption`: JSON's
+    structural characters stay single tokens, so under a server's JSON grammar the token the model
+    prefers is always one the grammar can allow (a merged `"},{"` refused after an enum value left
+    the model writing whitespace until max_tokens)."""
     texts = sorted({e.instructions for e in examples}) * instruction_weight
-    return texts + [e.answer for e in examples] + [e.items for e in examples if e.items]
+    texts += [e.answer for e in examples] + [e.items for e in examples if e.items]
+    return [_PUNCTUATION.sub("\n", text) for text in texts]
 
 
 def _content(example: Any, image_first: bool) -> str:

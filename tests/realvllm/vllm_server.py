@@ -23,6 +23,8 @@ SERVER_ENV = {
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
     "TOKENIZERS_PARALLELISM": "false",
+    # vLLM's torch.compile cache beside the kit's other caches (default ~/.cache/vllm)
+    "VLLM_CACHE_ROOT": str(Path.home() / ".cache" / "lenses" / "vllm-cache"),
 }
 MULTIMODAL_ARGS = (
     "--limit-mm-per-prompt",
@@ -75,6 +77,8 @@ def server_command(
         str(max_model_len),
         "--enable-prefix-caching",
         "--enable-prompt-tokens-details",
+        "--dtype",
+        "float32",  # as trained (vLLM's CPU default downcasts to bfloat16)
     ]
     return command + list(MULTIMODAL_ARGS if multimodal else ())
 
