@@ -13,6 +13,9 @@ from pathlib import Path
 
 import httpx
 
+from lenses_data.models.dialect import compact_json_flags
+from lenses_data.models.serve import installed_version
+
 VLLM_VENV = Path(os.environ.get("LENSES_VLLM_VENV", Path.home() / ".cache" / "lenses" / "vllm-0.32.0"))
 STAMP = ".lenses-vllm-installed"
 START_TIMEOUT_S = float(os.environ.get("LENSES_VLLM_START_TIMEOUT", "600"))
@@ -80,6 +83,8 @@ def server_command(
         "--dtype",
         "float32",  # as trained (vLLM's CPU default downcasts to bfloat16)
     ]
+    # As `lenses serve` starts production servers: compact JSON, named as this release names it.
+    command += compact_json_flags(installed_version(str(python)))
     return command + list(MULTIMODAL_ARGS if multimodal else ())
 
 
