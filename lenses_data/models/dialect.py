@@ -69,9 +69,10 @@ def compact_json_flags(version: str) -> list[str]:
     """Constrained JSON without whitespace between tokens (inside strings it stays): shorter answers,
     and no answer that fills max_tokens with newlines, which the grammar otherwise allows (seen with
     the tests' tiny InternVL on 0.32). Named per release: 0.10.x takes a guided-decoding flag that
-    needs the xgrammar backend named; 0.11.0 moved it into --structured-outputs-config."""
+    needs the xgrammar backend named; 0.11.0 moved it into --structured-outputs-config, which also
+    refuses it without a named backend (found by vLLM 0.32's own parser in tests/realvllm)."""
     if version_tuple(version) >= STRUCTURED_OUTPUTS_CONFIG_SINCE:
-        return ["--structured-outputs-config", '{"disable_any_whitespace":true}']
+        return ["--structured-outputs-config", '{"backend":"xgrammar","disable_any_whitespace":true}']
     return ["--guided-decoding-backend", "xgrammar", "--guided-decoding-disable-any-whitespace"]
 
 

@@ -173,7 +173,7 @@ def test_vllm_python_runs_the_server_module() -> None:
     ("release", "flags"),
     [
         ("0.10.1.1", ["--guided-decoding-backend", "xgrammar", "--guided-decoding-disable-any-whitespace"]),
-        ("0.32.0", ["--structured-outputs-config", '{"disable_any_whitespace":true}']),
+        ("0.32.0", ["--structured-outputs-config", '{"backend":"xgrammar","disable_any_whitespace":true}']),
     ],
 )
 def test_compact_json_is_asked_for_as_each_release_names_it(release: str, flags: list[str]) -> None:
