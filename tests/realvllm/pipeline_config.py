@@ -21,23 +21,32 @@ HF_INTERNVL_PLACEHOLDER = "<IMG_CONTEXT>"
 HF_INTERNVL_ONE_TILE = {"max_patches": 1}
 
 
+# The tiny models' judgement is noise; their answers' shape is what is tested. Greedy decoding made
+# the tiny filter answer NO to every image (nothing left for the later stages) and the tiny JSON
+# roles repeat items until max_tokens, so every role samples, seeded: the filter about half YES.
+SAMPLED = {"temperature": 0.7, "top_p": 0.95, "seed": 0}
+FILTER_SAMPLED = {"temperature": 1.0, "seed": 3}
+
+
 def models_section(internvl: VllmServer, validator: VllmServer) -> dict[str, Any]:
-    def role(server: VllmServer, max_tokens: int, **extra: Any) -> dict[str, Any]:
+    def role(server: VllmServer, sampling: dict[str, Any], **extra: Any) -> dict[str, Any]:
         return {
             "model": server.served_model_name,
             "base_urls": [server.base_url],
             "timeout_s": 300,
             "max_concurrency": 8,
-            "sampling": {"max_tokens": max_tokens},
+            "sampling": sampling,
             **extra,
         }
 
     image = {"image_placeholder": HF_INTERNVL_PLACEHOLDER}
     return {
-        "filter": role(internvl, 8, mm_processor_kwargs=HF_INTERNVL_ONE_TILE, **image),
-        "generator": role(internvl, 600, **image),
-        "visual_validator": role(internvl, 600, **image),
-        "validator": role(validator, 600),
+        "filter": role(
+            internvl, {**FILTER_SAMPLED, "max_tokens": 8}, mm_processor_kwargs=HF_INTERNVL_ONE_TILE, **image
+        ),
+        "generator": role(internvl, {**SAMPLED, "max_tokens": 600}, **image),
+        "visual_validator": role(internvl, {**SAMPLED, "max_tokens": 600}, **image),
+        "validator": role(validator, {**SAMPLED, "max_tokens": 600}),
         "retry": {"max_attempts": 3, "backoff_base_s": 0.2, "backoff_max_s": 2.0},
     }
 

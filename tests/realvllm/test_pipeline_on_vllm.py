@@ -167,7 +167,7 @@ def test_lenses_serve_starts_a_role_whose_server_requires_the_key(
         answer = httpx.post(f"{url}/chat/completions", json=body, headers=right, timeout=120)
         assert answer.status_code == 200, answer.text
         assert not _command_lines_with(key), "the key is on some process's command line"
-        assert f"--host 127.0.0.1 --port {port}" in log.read_text()
+        assert f"--host 0.0.0.0 --port {port}" in log.read_text()  # a keyed role serves the network
     finally:
         os.killpg(process.pid, signal.SIGINT)
         process.wait(timeout=120)
