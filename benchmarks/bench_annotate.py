@@ -3,7 +3,7 @@
 Matcher: `PhraseBank.find` (normalised tokens, first-token index) against a baseline that runs one
 case-insensitive regex per idiom surface form over the text (exact forms only, so it also finds
 fewer inflected idioms; the count of matches found is reported for both).
-Rules stage: `rules.process_shard` over synthetic generated rows (7 texts per image), in texts/s,
+Rules stage: `RulesStage.annotate_frame` over synthetic generated rows (7 texts per image), in texts/s,
 against the baseline of the per-text checks alone (no near-duplicate pass), to show the cost of
 the per-image pass.
 
@@ -21,6 +21,7 @@ import time
 import pandas as pd
 
 from lenses_data.annotation.phrase_bank import default_phrase_bank
+from lenses_data.config import PipelineConfig
 from lenses_data.config.annotate import AnnotateConfig
 from lenses_data.ids import text_id
 from lenses_data.schemas import LENS_NAMES
@@ -106,9 +107,13 @@ def main() -> None:
         f"| texts with an idiom found | {sum(bool(m) for m in ours):,} | {sum(bool(m) for m in base):,} | |"
     )
     frame, config = rows_frame(texts), AnnotateConfig()
-    t_full, _ = timed(lambda: rules_stage.process_shard(frame, None, config), args.repeats)
+    t_full, _ = timed(
+        lambda: rules_stage.RulesStage(PipelineConfig(annotate=config)).annotate_frame(frame), args.repeats
+    )
     no_dups = config.model_copy(update={"max_ngram_similarity": 2.0})  # disables the per-image pass
-    t_text, _ = timed(lambda: rules_stage.process_shard(frame, None, no_dups), args.repeats)
+    t_text, _ = timed(
+        lambda: rules_stage.RulesStage(PipelineConfig(annotate=no_dups)).annotate_frame(frame), args.repeats
+    )
     print(
         f"| rules stage texts/s | {len(texts) / t_full:,.0f} | {len(texts) / t_text:,.0f} (per-text checks, "
         f"near-duplicate pass off) | {t_text / t_full:.2f}x |"

@@ -1,7 +1,7 @@
 """Measure what the simulator produces through the real text stages, next to Table 1.
 
 `run_text_stages` writes small distinct PNG images, starts the simulator, and runs the production
-generate, rules, validate and visual-validate stages (process_shard, the real model client over
+generate, rules, validate and visual-validate stages (their `annotate_frame`, the real model client over
 HTTP on 127.0.0.1). `mix_report` summarises the result: texts per image, lens shares and mean
 words by lens, plus the validators' discard and edit shares. Used by the simulator tests and by
 benchmarks/bench_simulator_mix.py.
@@ -49,21 +49,25 @@ def run_text_stages(
     folder: Path, count: int, sim: Any = None, settings: AnnotateConfig | None = None
 ) -> StageFrames:
     """Generate -> rules -> validate -> visual validate over `count` images against a simulator."""
+    from lenses_data.config import PipelineConfig
     from lenses_data.models.client import ModelClient
     from lenses_data.simulator.simulator import SimConfig, run_in_thread
     from lenses_data.simulator.testing import sim_models_config
-    from lenses_data.stages import generate, rules, validate, visual_validate
+    from lenses_data.stages.generate import GenerateStage
+    from lenses_data.stages.rules import RulesStage
+    from lenses_data.stages.validate import ValidateStage
+    from lenses_data.stages.visual_validate import VisualValidateStage
 
-    settings = settings or AnnotateConfig()
+    config = PipelineConfig(annotate=settings or AnnotateConfig())
     images = write_images(folder, count)
     paths = dict(zip(images["image_id"], images["path"], strict=True))
     with run_in_thread(sim or SimConfig()) as url:
         client = ModelClient(sim_models_config([url], timeout_s=30, concurrency=32))
         try:
-            generated, gen_rej = generate.process_shard(images, client, settings)
-            ruled, rule_rej = rules.process_shard(generated, None, settings)
-            validated, val_rej = validate.process_shard(ruled, client, settings)
-            final, vis_rej = visual_validate.process_shard(validated, client, settings, paths)
+            generated, gen_rej = GenerateStage(config, client=client).annotate_frame(images)
+            ruled, rule_rej = RulesStage(config).annotate_frame(generated)
+            validated, val_rej = ValidateStage(config, client=client).annotate_frame(ruled)
+            final, vis_rej = VisualValidateStage(config, client=client).annotate_frame(validated, paths)
         finally:
             client.close()
     rejections = {"generate": gen_rej, "rules": rule_rej, "validate": val_rej, "visual_validate": vis_rej}

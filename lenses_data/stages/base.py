@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
@@ -90,12 +91,13 @@ class ColumnMismatch(ValueError):
 
 
 def check_columns(
-    stage: str, frame: pd.DataFrame, declared: Sequence[str], what: str, *, exact: bool
+    stage: str, frame: pd.DataFrame | pa.Table, declared: Sequence[str], what: str, *, exact: bool
 ) -> None:
-    """Raise, naming the stage and the columns, when `frame` lacks a declared column (or, when
-    `exact`, has one that is not declared)."""
-    missing = [c for c in declared if c not in frame.columns]
-    unexpected = [c for c in frame.columns if c not in declared] if exact else []
+    """Raise, naming the stage and the columns, when `frame` (a DataFrame or an Arrow table) lacks a
+    declared column (or, when `exact`, has one that is not declared)."""
+    columns = list(frame.column_names if isinstance(frame, pa.Table) else frame.columns)
+    missing = [c for c in declared if c not in columns]
+    unexpected = [c for c in columns if c not in declared] if exact else []
     if not missing and not unexpected:
         return
     parts = [f"missing {missing}"] if missing else []
@@ -230,6 +232,12 @@ class ShardedStage:
     def __init__(self, config: PipelineConfig, client: AnswerClient | None = None) -> None:
         self.config = config
         self.client = client
+
+    def answer_client(self) -> AnswerClient:
+        """The injected model client; a stage built without one (`with_client=False`) asks no model."""
+        if self.client is None:
+            raise RuntimeError(f"stage {self.name}: built without a model client, cannot ask the model")
+        return self.client
 
     def input_shards(self, run: Path) -> list[int]:
         return input_shard_indices(Path(run), self.input_stage)

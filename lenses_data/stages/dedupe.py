@@ -21,6 +21,7 @@ import pandas as pd
 import pyarrow as pa
 
 from lenses_data import io
+from lenses_data.config import PipelineConfig
 from lenses_data.schemas import (
     CandidateImage,
     DedupePair,
@@ -29,7 +30,7 @@ from lenses_data.schemas import (
     Rejection,
     arrow_schema,
 )
-from lenses_data.stages.base import ShardStats, shard_done, summarize
+from lenses_data.stages.base import ShardStats, check_columns, shard_done, summarize
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ EMBEDDING_IDS = "embedding_ids.npy"
 COLUMNS = ["image_id", "path", "width", "height", "source", "phash", "phash_crops", "dhashes", "hash_version"]
 
 
-def load_candidates(run: Path, config: Any) -> pd.DataFrame:
+def load_candidates(run: Path, config: PipelineConfig) -> pd.DataFrame:
     """Ingested images; only filter-passed ones when the paper's filter-then-dedupe order is on.
 
     Read through Arrow, only the columns dedupe uses: pandas would turn an int64 column with a
@@ -56,7 +57,7 @@ def load_candidates(run: Path, config: Any) -> pd.DataFrame:
     schema = arrow_schema(CandidateImage)
     tables = [pq.read_table(p, schema=schema, columns=COLUMNS) for p in io.stage_shards(run, "ingest")]
     table = pa.concat_tables(tables) if tables else schema.empty_table().select(COLUMNS)
-    if not getattr(config, "dedupe_before_filter", True) and io.stage_is_complete(run, "filter"):
+    if not config.dedupe_before_filter and io.stage_is_complete(run, "filter"):
         decisions = io.read_stage(run, "filter", FilterDecision)
         passed = pa.array(decisions.loc[decisions["passed"], "image_id"].tolist(), pa.string())
         table = table.filter(pc.is_in(table.column("image_id"), value_set=passed))
@@ -97,7 +98,7 @@ class DedupeStage:
     reads = tuple(COLUMNS)
     writes = tuple(DedupeRecord.model_fields)
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: PipelineConfig) -> None:
         self.config = config
 
     def input_shards(self, run: Path) -> list[int]:
@@ -111,7 +112,9 @@ class DedupeStage:
         if shard_done(run, STAGE, shard):
             return ShardStats(stage=STAGE, shard=shard, skipped=True)
         frame = load_candidates(run, self.config)
+        check_columns(STAGE, frame, self.reads, "input (ingest)", exact=False)
         result = find_duplicates(frame, self.config.dedupe)
+        check_columns(STAGE, result.records, self.writes, f"output shard {shard}", exact=True)
         folder = io.stage_dir(run, STAGE)
         if result.embeddings is not None:
             _save_npy(folder / EMBEDDINGS, result.embeddings)

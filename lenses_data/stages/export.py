@@ -36,6 +36,7 @@ import pyarrow as pa
 
 from lenses_data import io
 from lenses_data.annotation.prompts import all_prompt_hashes
+from lenses_data.config import PipelineConfig
 from lenses_data.config.export import ExportConfig
 from lenses_data.models.journal import read_run_journal, tally_usage
 from lenses_data.plan.usage import read_stage_stats
@@ -55,10 +56,6 @@ from lenses_data.stages.export_texts import FINAL_STAGE, STAGE, card_frame, fina
 log = logging.getLogger(__name__)
 
 
-def export_settings(config: Any) -> ExportConfig:
-    return getattr(config, "export", None) or ExportConfig()
-
-
 def give_back_memory() -> None:
     """Return freed heap pages to the OS. Export runs last in the coordinator: the annotate stages'
     freed journal entries and frames stay in glibc's heap, where Arrow (its own allocator) cannot
@@ -72,7 +69,7 @@ def give_back_memory() -> None:
         pass
 
 
-def export_dataset(run: str | Path, out: str | Path, config: Any = None) -> dict[str, Any]:
+def export_dataset(run: str | Path, out: str | Path, config: PipelineConfig) -> dict[str, Any]:
     """Write the dataset folder `out` from a finished run; returns the manifest as a dict."""
     from lenses_data.publish.card import write_card
     from lenses_data.publish.card_meta import card_metadata, licence_counts
@@ -102,7 +99,7 @@ def export_dataset(run: str | Path, out: str | Path, config: Any = None) -> dict
         "prompts": hf_table(prompts, ExportText),
         "images": hf_table(images, ExportImage),
     }
-    layout = write_hf_layout(out, hf_tables, rejections_table, export_settings(config))
+    layout = write_hf_layout(out, hf_tables, rejections_table, config.export)
     del hf_tables
     caption_texts = captions.select(["image_id", "text"])  # the card's diversity reads the texts
     captions, prompts = card_frame(captions), card_frame(prompts)
@@ -142,7 +139,7 @@ def export_dataset(run: str | Path, out: str | Path, config: Any = None) -> dict
         licence_counts(images["licence"]),
         caption_texts=caption_texts,
     )
-    write_build_report(run, out, export_settings(config))
+    write_build_report(run, out, config.export)
     return payload
 
 
@@ -181,7 +178,7 @@ class ExportStage:
         "report",
     )
 
-    def __init__(self, config: Any, client: Any = None) -> None:
+    def __init__(self, config: PipelineConfig) -> None:
         self.config = config
 
     def input_shards(self, run: Path) -> list[int]:
@@ -206,10 +203,3 @@ class ExportStage:
         marker = io.stage_dir(run, STAGE) / io.SUCCESS_MARKER
         io.atomic_write_json(marker, {"stage": STAGE, "shards": [], "stats": summary})
         return summary
-
-
-def run_stage(run_dir: str | Path, config: Any, client: Any = None) -> dict[str, Any]:
-    """Export RUN/export from a finished run (the default of `lenses export`)."""
-    from lenses_data.stages.base import run_stage
-
-    return run_stage(ExportStage(config), Path(run_dir))

@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
+from lenses_data.config.export import ExportConfig
 from lenses_data.ids import image_id_from_bytes
 from lenses_data.schemas import CATEGORICAL_COLUMNS, SPLIT_NAMES, arrow_schema
 
@@ -211,7 +212,7 @@ def embedded_schema(schema: pa.Schema) -> pa.Schema:
     return schema.append(pa.field("image", IMAGE_STRUCT))
 
 
-def _with_images(chunk: pa.Table, settings: Any, pool: ThreadPoolExecutor) -> pa.Table:
+def _with_images(chunk: pa.Table, settings: ExportConfig, pool: ThreadPoolExecutor) -> pa.Table:
     def cell(item: tuple[str, str]) -> dict[str, Any]:
         return embedded_cell(item[0], item[1], settings.embed_max_side, settings.embed_jpeg_quality)
 
@@ -223,7 +224,7 @@ def _with_images(chunk: pa.Table, settings: Any, pool: ThreadPoolExecutor) -> pa
 
 
 def write_embedded_images(
-    folder: Path, table: pa.Table, settings: Any, max_bytes: int
+    folder: Path, table: pa.Table, settings: ExportConfig, max_bytes: int
 ) -> dict[str, dict[str, int]]:
     """The images config with an `image` column, streamed so that about one shard is in memory."""
     batch = 64
@@ -261,7 +262,7 @@ def _entry(name: str, schema: pa.Schema, splits: dict[str, dict[str, int]], path
 
 
 def write_hf_layout(
-    out: Path, tables: dict[str, pa.Table], rejections: pa.Table, settings: Any
+    out: Path, tables: dict[str, pa.Table], rejections: pa.Table, settings: ExportConfig
 ) -> dict[str, Any]:
     """Write out/hf/ from `hf_table` outputs (captions, prompts, images); returns the card's
     `configs` and `dataset_info` lists, and `empty`: the config/split pairs left out for want of rows

@@ -6,12 +6,15 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from lenses_data import io
 from lenses_data.schemas import StageCount
+
+if TYPE_CHECKING:
+    from lenses_data.config import PipelineConfig
 
 # The export stage's logger: the plan's warning is the export's.
 log = logging.getLogger("lenses_data.stages.export")
@@ -91,30 +94,26 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-def model_info(config: Any, texts: pd.DataFrame, filter_models: set[str]) -> dict[str, dict[str, Any]]:
+def model_info(
+    config: PipelineConfig, texts: pd.DataFrame, filter_models: set[str]
+) -> dict[str, dict[str, Any]]:
     info: dict[str, dict[str, Any]] = {}
-    models = getattr(config, "models", None)
     for role in ("filter", "generator", "validator", "visual_validator"):
-        entry: dict[str, Any] = {}
-        if models is not None:
-            settings = models.role(role)
-            entry = {
-                "model": settings.model,
-                "revision": settings.serve.revision,
-                "base_urls": settings.base_urls,
-            }
-        info[role] = entry
+        settings = config.models.role(role)
+        info[role] = {
+            "model": settings.model,
+            "revision": settings.serve.revision,
+            "base_urls": settings.base_urls,
+        }
     info["filter"]["answered_by"] = sorted(filter_models)
     info["generator"]["answered_by"] = sorted(set(texts["model"])) if len(texts) else []
     return info
 
 
-def gpu_plan(run: Path, config: Any, stats: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """The run's GPU-hour plan for the card, or None when it cannot be made (no model stage ran,
-    or no config); the export never fails for want of a plan. `stats`: the run's
-    `read_stage_stats`, when already read."""
-    if config is None or not hasattr(config, "models"):
-        return None
+def gpu_plan(run: Path, config: PipelineConfig, stats: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The run's GPU-hour plan for the card, or None when it cannot be made (no model stage ran);
+    the export never fails for want of a plan. `stats`: the run's `read_stage_stats`, when already
+    read."""
     from lenses_data.plan import plan_for_card
 
     try:

@@ -47,35 +47,6 @@ def parse_answer(raw: str) -> str:
     return parse_filter_answer(raw)
 
 
-def process_shard(df: pd.DataFrame, client: Any, config: Any = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Candidate images (image_id, path) -> (FilterDecision rows, rejections)."""
-    rows = df.to_dict(orient="records")
-    results = client.run_sync([build_request(r) for r in rows], parse_answer) if rows else []
-    prompt_hash = get_template(TEMPLATE).hash
-    decisions, rejected = [], []
-    for row, result in zip(rows, results, strict=True):
-        image_id = row["image_id"]
-        if not result.ok:
-            rejected.append(failed_result_rejection(STAGE, image_id, result, image_id))
-            continue
-        decision = result.value
-        decisions.append(
-            {
-                "image_id": image_id,
-                "decision": decision,
-                "passed": decision == "YES",
-                "raw": result.raw or "",
-                "model": result.model,
-                "prompt_hash": prompt_hash,
-                "simulated": bool(result.simulated),
-            }
-        )
-        if decision != "YES":
-            message = "Listing 1 answered NO: no clearly different non-literal readings"
-            rejected.append(rejection(STAGE, image_id, REJECT_NO, message, image_id=image_id, raw=result.raw))
-    return records_frame(decisions, FilterDecision), rejections_frame(rejected)
-
-
 class FilterStage(ShardedStage):
     """Shard i of ingest -> shard i of filter; only dedupe survivors when dedupe runs first."""
 
@@ -103,7 +74,7 @@ class FilterStage(ShardedStage):
 
     def kept_ids(self, run: Path) -> set[str] | None:
         """Images that survived dedupe, or None when the filter runs before dedupe."""
-        if not getattr(self.config, "dedupe_before_filter", True):
+        if not self.config.dedupe_before_filter:
             return None
         if self._kept is None:
             dedupe = io.read_stage(run, "dedupe", DedupeRecord)
@@ -116,7 +87,39 @@ class FilterStage(ShardedStage):
         return frame if kept is None else frame[frame["image_id"].isin(kept)].reset_index(drop=True)
 
     def transform(self, run: Path, shard: int, frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-        return process_shard(frame[list(self.reads)], self.client, self.config)
+        return self.annotate_frame(frame[list(self.reads)])
+
+    def annotate_frame(self, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """Candidate images (image_id, path) -> (FilterDecision rows, rejections), asking `self.client`."""
+        rows = df.to_dict(orient="records")
+        results = (
+            self.answer_client().run_sync([build_request(r) for r in rows], parse_answer) if rows else []
+        )
+        prompt_hash = get_template(TEMPLATE).hash
+        decisions, rejected = [], []
+        for row, result in zip(rows, results, strict=True):
+            image_id = row["image_id"]
+            if not result.ok:
+                rejected.append(failed_result_rejection(STAGE, image_id, result, image_id))
+                continue
+            decision = result.value
+            decisions.append(
+                {
+                    "image_id": image_id,
+                    "decision": decision,
+                    "passed": decision == "YES",
+                    "raw": result.raw or "",
+                    "model": result.model,
+                    "prompt_hash": prompt_hash,
+                    "simulated": bool(result.simulated),
+                }
+            )
+            if decision != "YES":
+                message = "Listing 1 answered NO: no clearly different non-literal readings"
+                rejected.append(
+                    rejection(STAGE, image_id, REJECT_NO, message, image_id=image_id, raw=result.raw)
+                )
+        return records_frame(decisions, FilterDecision), rejections_frame(rejected)
 
     def extra_stats(self, run: Path) -> dict[str, Any]:
         decisions = io.read_stage(run, STAGE, FilterDecision, require_complete=False)
@@ -130,10 +133,3 @@ class FilterStage(ShardedStage):
             "pass_rate": round(passed / decided, 4) if decided else None,
             "paper_pass_rate": 0.10,
         }
-
-
-def run_stage(run_dir: str | Path, config: Any, client: Any = None) -> dict[str, Any]:
-    """Run the stage over every shard of `run_dir` in this process (finished shards are skipped)."""
-    from lenses_data.stages.base import run_stage
-
-    return run_stage(FilterStage(config, client=client), Path(run_dir))

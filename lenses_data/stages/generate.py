@@ -39,10 +39,6 @@ TEMPLATE_OF_KIND = {"prompt": "image_side_prompts", "caption": "captions"}
 DUPLICATE_ITEM = "duplicate_item"
 
 
-def _annotate_config(config: Any) -> AnnotateConfig:
-    return getattr(config, "annotate", None) or config or AnnotateConfig()
-
-
 def build_request(row: dict[str, Any], kind: str, candidate: int, config: AnnotateConfig) -> ModelRequest:
     template = get_template(TEMPLATE_OF_KIND[kind])
     return ModelRequest(
@@ -87,28 +83,6 @@ def answer_rows(row: dict[str, Any], kind: str, candidate: int, result: Any) -> 
             }
         )
     return out
-
-
-def process_shard(df: pd.DataFrame, client: Any, config: Any = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Selected images (image_id, path, split) -> (LensText rows, rejections)."""
-    settings = _annotate_config(config)
-    rows = df.to_dict(orient="records")
-    texts: list[dict[str, Any]] = []
-    rejected: list[dict[str, Any]] = []
-    for kind in settings.kinds:
-        jobs = [(row, c) for row in rows for c in range(settings.candidates_per_image)]
-        requests = [build_request(row, kind, c, settings) for row, c in jobs]
-        results = (
-            client.run_sync(requests, lambda raw, k=kind: parse_answer(raw, k, settings)) if jobs else []
-        )
-        for (row, candidate), request, result in zip(jobs, requests, results, strict=True):
-            if result.ok:
-                texts.extend(answer_rows(row, kind, candidate, result))
-            else:
-                rejected.append(failed_result_rejection(STAGE, request.key, result, row["image_id"]))
-    texts, duplicates = _drop_repeated_ids(texts)
-    rejected.extend(duplicates)
-    return records_frame(texts, LensText), rejections_frame(rejected)
 
 
 def _drop_repeated_ids(texts: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -175,8 +149,31 @@ class GenerateStage(ShardedStage):
             rejection(STAGE, i, "missing_image_path", "no ingest record for this image", image_id=i)
             for i in frame.loc[missing, "image_id"]
         ]
-        records, failures = process_shard(frame[~missing], self.client, self.config)
+        records, failures = self.annotate_frame(frame[~missing])
         return records, concat_rejections(rejections_frame(rejected), failures)
+
+    def annotate_frame(self, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """Selected images (image_id, path, split) -> (LensText rows, rejections), asking `self.client`."""
+        settings = self.config.annotate
+        rows = df.to_dict(orient="records")
+        texts: list[dict[str, Any]] = []
+        rejected: list[dict[str, Any]] = []
+        for kind in settings.kinds:
+            jobs = [(row, c) for row in rows for c in range(settings.candidates_per_image)]
+            requests = [build_request(row, kind, c, settings) for row, c in jobs]
+            results = (
+                self.answer_client().run_sync(requests, lambda raw, k=kind: parse_answer(raw, k, settings))
+                if jobs
+                else []
+            )
+            for (row, candidate), request, result in zip(jobs, requests, results, strict=True):
+                if result.ok:
+                    texts.extend(answer_rows(row, kind, candidate, result))
+                else:
+                    rejected.append(failed_result_rejection(STAGE, request.key, result, row["image_id"]))
+        texts, duplicates = _drop_repeated_ids(texts)
+        rejected.extend(duplicates)
+        return records_frame(texts, LensText), rejections_frame(rejected)
 
     def extra_stats(self, run: Path) -> dict[str, Any]:
         texts = io.read_stage(run, STAGE, LensText, require_complete=False)
@@ -184,10 +181,3 @@ class GenerateStage(ShardedStage):
             "texts_by_kind": {k: int(v) for k, v in texts["kind"].value_counts().items()},
             "images": int(texts["image_id"].nunique()) if len(texts) else 0,
         }
-
-
-def run_stage(run_dir: str | Path, config: Any, client: Any = None) -> dict[str, Any]:
-    """Run the stage over every shard of `run_dir` in this process (finished shards are skipped)."""
-    from lenses_data.stages.base import run_stage
-
-    return run_stage(GenerateStage(config, client=client), Path(run_dir))

@@ -29,7 +29,7 @@ from lenses_data.candidates.imaging import DecodeLimits
 from lenses_data.candidates.sources import SourceItem, detect_kind, iter_source
 from lenses_data.config import PipelineConfig
 from lenses_data.schemas import CandidateImage, Rejection
-from lenses_data.stages.base import ShardStats, shard_done
+from lenses_data.stages.base import ShardStats, check_columns, shard_done
 from lenses_data.stages.ingest_exec import DecodePool, LazyClient, Progress, batched, ordered
 from lenses_data.stages.ingest_rows import METADATA_FIELDS, KeptImages, shards_of
 
@@ -239,6 +239,7 @@ def _write(
     """Shards, then stale-shard cleanup, then rejection shard 0 last: it marks the work as done."""
     size = config.shard_size
     accepted = kept.sorted_table()  # validated rows already: written as they are
+    check_columns(STAGE, accepted, IngestStage.writes, "output shards", exact=True)
     shards = 0
     for index, rows in enumerate(shards_of(accepted, size)):
         lio.write_table(lio.shard_path(run, STAGE, index), rows)

@@ -17,6 +17,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from lenses_data.candidates.imaging import DecodeLimits, decode_batch
+from lenses_data.config.ingest import IngestConfig
 
 DECODER_CRASHED = "decoder_crashed"
 log = logging.getLogger("lenses_data.stages.ingest")  # progress lines come from the stage
@@ -201,7 +202,7 @@ class LazyClient:
     """The HTTP client of URL sources, made by the first download that needs it: an ingest of
     local files never loads httpx (and httpcore, which pulls in trio when installed)."""
 
-    def __init__(self, ingest_config: Any) -> None:
+    def __init__(self, ingest_config: IngestConfig) -> None:
         self._config, self._client, self._lock = ingest_config, None, threading.Lock()
 
     def __enter__(self) -> LazyClient:

@@ -33,10 +33,6 @@ from lenses_data.stages.base import ShardedStage
 STAGE = "rules"
 
 
-def _settings(config: Any) -> AnnotateConfig:
-    return getattr(config, "annotate", None) or config or AnnotateConfig()
-
-
 def per_text_violations(
     row: dict[str, Any], settings: AnnotateConfig, bank: PhraseBank
 ) -> list[rules.Violation]:
@@ -84,29 +80,6 @@ def duplicate_rejections(
                 rejection(stage, text_id, rules.EMBEDDING_DUPLICATE, message, image_id=image_of[text_id])
             )
     return out
-
-
-def process_shard(
-    df: pd.DataFrame, client: Any = None, config: Any = None
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Generated LensText rows -> (rows passing every rule, one rejection per violation)."""
-    settings, bank = _settings(config), default_phrase_bank()
-    rejected: list[dict[str, Any]] = []
-    survivors = []
-    for row in lens_text_rows(df):
-        violations = per_text_violations(row, settings, bank)
-        rejecting, flags = rules.split_violations(violations, row["kind"], settings.idiom_rules)
-        for v in rejecting:
-            rejected.append(rejection(STAGE, row["text_id"], v.reason, v.message, image_id=row["image_id"]))
-        if not rejecting:
-            survivors.append({**row, "flags": [v.reason for v in flags]})
-    duplicates = duplicate_rejections(survivors, settings)
-    rejected.extend(duplicates)
-    dropped = {r["record_id"] for r in duplicates}
-    kept = [r for r in survivors if r["text_id"] not in dropped]
-    for row in kept:
-        row["idioms"] = [m.idiom for m in bank.find(row["text"], rules.LISTING_OF_KIND[row["kind"]])]
-    return records_frame(kept, LensText), rejections_frame(rejected)
 
 
 def image_report(given: pd.DataFrame, kept: pd.DataFrame, share: float) -> pd.DataFrame:
@@ -159,12 +132,34 @@ class RulesStage(ShardedStage):
     writes = tuple(LensText.model_fields)
 
     def transform(self, run: Path, shard: int, frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-        return process_shard(frame, None, self.config)
+        return self.annotate_frame(frame)
+
+    def annotate_frame(self, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """Generated LensText rows -> (rows passing every rule, one rejection per violation)."""
+        settings, bank = self.config.annotate, default_phrase_bank()
+        rejected: list[dict[str, Any]] = []
+        survivors = []
+        for row in lens_text_rows(df):
+            violations = per_text_violations(row, settings, bank)
+            rejecting, flags = rules.split_violations(violations, row["kind"], settings.idiom_rules)
+            for v in rejecting:
+                rejected.append(
+                    rejection(STAGE, row["text_id"], v.reason, v.message, image_id=row["image_id"])
+                )
+            if not rejecting:
+                survivors.append({**row, "flags": [v.reason for v in flags]})
+        duplicates = duplicate_rejections(survivors, settings)
+        rejected.extend(duplicates)
+        dropped = {r["record_id"] for r in duplicates}
+        kept = [r for r in survivors if r["text_id"] not in dropped]
+        for row in kept:
+            row["idioms"] = [m.idiom for m in bank.find(row["text"], rules.LISTING_OF_KIND[row["kind"]])]
+        return records_frame(kept, LensText), rejections_frame(rejected)
 
     def extra_stats(self, run: Path) -> dict[str, Any]:
         """Per-kind coverage and flag counts, one shard at a time: a rules shard holds the texts of
         the same images as the generate shard of its name, and every statistic is a sum."""
-        settings = _settings(self.config)
+        settings = self.config.annotate
         totals: dict[str, dict[str, int]] = {}
         flags: dict[str, dict[str, int]] = {}
         for given_path in io.stage_shards(run, self.input_stage):
@@ -234,10 +229,3 @@ def flag_counts(texts: pd.DataFrame) -> dict[str, dict[str, int]]:
         for code in flags if flags is not None else ():
             counts[code] = counts.get(code, 0) + 1
     return out
-
-
-def run_stage(run_dir: str | Path, config: Any, client: Any = None) -> dict[str, Any]:
-    """Run the stage over every shard of `run_dir` in this process (finished shards are skipped)."""
-    from lenses_data.stages.base import run_stage
-
-    return run_stage(RulesStage(config, client=client), Path(run_dir))

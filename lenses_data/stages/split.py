@@ -24,9 +24,10 @@ from typing import Any
 import pandas as pd
 
 from lenses_data import io
+from lenses_data.config import PipelineConfig
 from lenses_data.config.dedupe import SplitConfig
 from lenses_data.schemas import SPLIT_NAMES, DedupeRecord, FilterDecision, SplitAssignment
-from lenses_data.stages.base import ShardStats, shard_done, summarize
+from lenses_data.stages.base import ShardStats, check_columns, shard_done, summarize
 
 STAGE = "split"
 LEAKAGE = "leakage.json"
@@ -45,6 +46,7 @@ def resolve_input(run: Path, config: SplitConfig) -> str:
 def load_survivors(run: Path, config: SplitConfig) -> tuple[pd.DataFrame, str]:
     source = resolve_input(run, config)
     records = io.read_stage(run, "dedupe", DedupeRecord)
+    check_columns(STAGE, records, SplitStage.reads, "input (dedupe)", exact=False)
     kept = records[records["kept"]].copy()
     if source == "filter":
         decisions = io.read_stage(run, "filter", FilterDecision)
@@ -96,7 +98,7 @@ class SplitStage:
     reads = ("image_id", "group_id", "split_group_id", "kept")
     writes = tuple(SplitAssignment.model_fields)
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: PipelineConfig) -> None:
         self.config = config
 
     def input_shards(self, run: Path) -> list[int]:
@@ -125,6 +127,7 @@ class SplitStage:
         }
         io.atomic_write_json(io.stage_dir(run, STAGE) / LEAKAGE, stats)
         io.write_rejections(run, STAGE, shard, [])
+        check_columns(STAGE, assignment, self.writes, f"output shard {shard}", exact=True)
         io.write_shard(run, STAGE, shard, assignment, SplitAssignment)
         return ShardStats(STAGE, shard, len(assignment), len(assignment), 0, extra=stats)
 

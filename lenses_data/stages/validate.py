@@ -38,7 +38,7 @@ from lenses_data.stages._annotate import (
     rejection,
     rejections_frame,
 )
-from lenses_data.stages.base import ShardedStage
+from lenses_data.stages.base import AnswerClient, ShardedStage
 from lenses_data.stages.rules import per_text_violations
 
 STAGE = "validate"
@@ -66,10 +66,6 @@ class Validator:
 
 
 TEXT_VALIDATOR = Validator(STAGE, rules.TEXT_VALIDATION, "validator", with_image=False)
-
-
-def _settings(config: Any) -> AnnotateConfig:
-    return getattr(config, "annotate", None) or config or AnnotateConfig()
 
 
 def make_batches(rows: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:
@@ -168,9 +164,14 @@ def _run_batches(batches, client, v, paths):
 
 
 def validate_rows(
-    rows: list[dict[str, Any]], client: Any, settings: AnnotateConfig, v: Validator, paths: dict[str, str]
+    rows: list[dict[str, Any]],
+    client: AnswerClient | None,
+    settings: AnnotateConfig,
+    v: Validator,
+    paths: dict[str, str],
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Validate rows batch-wise, falling back to single items for unusable batch answers."""
+    """Validate rows batch-wise, falling back to single items for unusable batch answers (`client`
+    may be None only when there are no rows)."""
     batches = make_batches(rows, settings.validation_batch_size)
     kept, rejected, retry = [], [], []
     for batch, result in zip(batches, _run_batches(batches, client, v, paths), strict=True):
@@ -213,12 +214,6 @@ def _apply_all(batch, result, v, settings, kept, rejected) -> None:
             kept.append(out)
 
 
-def process_shard(df: pd.DataFrame, client: Any, config: Any = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Rule-checked LensText rows -> (validated rows, rejections)."""
-    kept, rejected = validate_rows(lens_text_rows(df), client, _settings(config), TEXT_VALIDATOR, {})
-    return records_frame(kept, LensText), rejections_frame(rejected)
-
-
 class ValidateStage(ShardedStage):
     name = STAGE
     # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.stages.settings_guard).
@@ -240,11 +235,12 @@ class ValidateStage(ShardedStage):
         }
 
     def transform(self, run: Path, shard: int, frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-        return process_shard(frame, self.client, self.config)
+        return self.annotate_frame(frame)
 
-
-def run_stage(run_dir: str | Path, config: Any, client: Any = None) -> dict[str, Any]:
-    """Run the stage over every shard of `run_dir` in this process (finished shards are skipped)."""
-    from lenses_data.stages.base import run_stage
-
-    return run_stage(ValidateStage(config, client=client), Path(run_dir))
+    def annotate_frame(self, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """Rule-checked LensText rows -> (validated rows, rejections), asking `self.client`."""
+        rows = lens_text_rows(df)
+        kept, rejected = validate_rows(
+            rows, self.answer_client() if rows else None, self.config.annotate, TEXT_VALIDATOR, {}
+        )
+        return records_frame(kept, LensText), rejections_frame(rejected)

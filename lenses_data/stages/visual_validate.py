@@ -26,32 +26,10 @@ from lenses_data.stages._annotate import (
     rejections_frame,
 )
 from lenses_data.stages.base import ShardedStage
-from lenses_data.stages.validate import Validator, _settings, validate_rows
+from lenses_data.stages.validate import Validator, validate_rows
 
 STAGE = "visual_validate"
 VISUAL_VALIDATOR = Validator(STAGE, rules.VISUAL_VALIDATION, "visual_validator", with_image=True)
-
-
-def process_shard(
-    df: pd.DataFrame, client: Any, config: Any = None, paths: dict[str, str] | None = None
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Validated LensText rows (+ image paths) -> (final rows, rejections); only the configured
-    splits (default: test) are sent to the model."""
-    settings = _settings(config)
-    paths = paths or {}
-    rows = lens_text_rows(df)
-    checked = [r for r in rows if r.get("split") in settings.visual_validation_splits]
-    passthrough = [r for r in rows if r.get("split") not in settings.visual_validation_splits]
-    rejected = [
-        rejection(
-            STAGE, r["text_id"], "missing_image_path", "no image file for this text", image_id=r["image_id"]
-        )
-        for r in checked
-        if not paths.get(r["image_id"])
-    ]
-    sendable = [r for r in checked if paths.get(r["image_id"])]
-    kept, failures = validate_rows(sendable, client, settings, VISUAL_VALIDATOR, paths)
-    return records_frame(passthrough + kept, LensText), rejections_frame(rejected + failures)
 
 
 class VisualValidateStage(ShardedStage):
@@ -77,11 +55,30 @@ class VisualValidateStage(ShardedStage):
         }
 
     def transform(self, run: Path, shard: int, frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-        return process_shard(frame, self.client, self.config, ingest_paths(run, shard))
+        return self.annotate_frame(frame, ingest_paths(run, shard))
 
-
-def run_stage(run_dir: str | Path, config: Any, client: Any = None) -> dict[str, Any]:
-    """Run the stage over every shard of `run_dir` in this process (finished shards are skipped)."""
-    from lenses_data.stages.base import run_stage
-
-    return run_stage(VisualValidateStage(config, client=client), Path(run_dir))
+    def annotate_frame(
+        self, df: pd.DataFrame, paths: dict[str, str] | None = None
+    ) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """Validated LensText rows (+ image paths) -> (final rows, rejections); only the configured
+        splits (default: test) are sent to the model (`self.client`)."""
+        settings = self.config.annotate
+        paths = paths or {}
+        rows = lens_text_rows(df)
+        checked = [r for r in rows if r.get("split") in settings.visual_validation_splits]
+        passthrough = [r for r in rows if r.get("split") not in settings.visual_validation_splits]
+        rejected = [
+            rejection(
+                STAGE,
+                r["text_id"],
+                "missing_image_path",
+                "no image file for this text",
+                image_id=r["image_id"],
+            )
+            for r in checked
+            if not paths.get(r["image_id"])
+        ]
+        sendable = [r for r in checked if paths.get(r["image_id"])]
+        client = self.answer_client() if sendable else None
+        kept, failures = validate_rows(sendable, client, settings, VISUAL_VALIDATOR, paths)
+        return records_frame(passthrough + kept, LensText), rejections_frame(rejected + failures)

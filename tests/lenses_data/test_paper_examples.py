@@ -333,7 +333,7 @@ def test_paper_outputs_survive_the_default_pipeline(ingested_run: Path, tmp_path
     # The strict option restores the hard phrase-bank filter: every Figurative text goes.
     generated = io.read_stage(run, "generate", LensText)
     strict = _config(url, run, {"idiom_rules": "strict"})
-    kept, rejected = rules_stage.process_shard(generated, None, strict)
+    kept, rejected = rules_stage.RulesStage(strict).annotate_frame(generated)
     figurative = generated["lens"].astype(str) == "Figurative"
     assert not (kept["lens"].astype(str) == "Figurative").any()
     missing = rejected[rejected["reason"] == rules.FIGURATIVE_MISSING_IDIOM]

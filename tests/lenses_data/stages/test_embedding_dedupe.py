@@ -10,6 +10,7 @@ pytest.importorskip(
 
 from lenses_data.annotation.embeddings import embedding_duplicates, encode  # noqa: E402
 from lenses_data.annotation.rules import TextRef, ngram_similarity  # noqa: E402
+from lenses_data.config import PipelineConfig  # noqa: E402
 from lenses_data.config.annotate import AnnotateConfig  # noqa: E402
 from lenses_data.stages import rules as rules_stage  # noqa: E402
 from tests.lenses_data.stages.annotate_rows import frame, lens_row  # noqa: E402
@@ -32,9 +33,9 @@ def test_paraphrase_found_by_embedding_but_not_by_ngrams():
     rows = [
         lens_row("i", "caption", lens, t) for lens, t in (("Literal", A), ("Emotional", B), ("Background", C))
     ]
-    off, _ = rules_stage.process_shard(frame(rows), None, AnnotateConfig())
-    on, rejected = rules_stage.process_shard(
-        frame(rows), None, AnnotateConfig(embedding_dedupe=True, max_embedding_similarity=0.5)
-    )
+    off, _ = rules_stage.RulesStage(PipelineConfig()).annotate_frame(frame(rows))
+    on, rejected = rules_stage.RulesStage(
+        PipelineConfig(annotate=AnnotateConfig(embedding_dedupe=True, max_embedding_similarity=0.5))
+    ).annotate_frame(frame(rows))
     assert len(off) == 3 and len(on) == 2
     assert rejected["reason"].tolist() == ["embedding_duplicate"]

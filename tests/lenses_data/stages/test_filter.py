@@ -14,6 +14,7 @@ import pytest
 from PIL import Image
 
 from lenses_data.annotation.prompts import get_template
+from lenses_data.config import PipelineConfig
 from lenses_data.models import types as codes
 from lenses_data.models.client import ModelClient
 from lenses_data.simulator.simulator import SimConfig, run_in_thread
@@ -57,7 +58,7 @@ def filtered(tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, pd
     scripted = {f"filter:{image_id}": answers for image_id, answers in SCRIPT.items()}
     with run_in_thread(SimConfig(scripted=scripted)) as url:
         client = ModelClient(sim_models_config([url], max_reasks=MAX_REASKS))
-        decisions, rejected = filter_stage.process_shard(frame, client)
+        decisions, rejected = filter_stage.FilterStage(PipelineConfig(), client=client).annotate_frame(frame)
         calls = _calls_per_key(url)
     return decisions, rejected, calls
 

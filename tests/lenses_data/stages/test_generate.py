@@ -6,6 +6,7 @@ import json
 
 import pandas as pd
 
+from lenses_data.config import PipelineConfig
 from lenses_data.config.annotate import AnnotateConfig
 from lenses_data.ids import text_id
 from lenses_data.stages import generate
@@ -63,7 +64,9 @@ def test_generate_rows_and_bad_answers():
     ids = ["good", *BAD]
     frame = pd.DataFrame({"image_id": ids, "path": [f"/img/{i}.png" for i in ids], "split": "train"})
     client = ScriptedClient(_answer)
-    texts, rejected = generate.process_shard(frame, client, AnnotateConfig(candidates_per_image=1))
+    texts, rejected = generate.GenerateStage(
+        PipelineConfig(annotate=AnnotateConfig(candidates_per_image=1)), client=client
+    ).annotate_frame(frame)
 
     good = texts[texts["image_id"] == "good"].set_index("kind")
     assert sorted(texts[texts["image_id"] == "good"]["lens"].astype(str)) == [
@@ -90,7 +93,9 @@ def test_generate_request_and_candidates():
     frame = pd.DataFrame({"image_id": ["good"], "path": ["/img/good.png"], "split": "test"})
     client = ScriptedClient(_answer)
     settings = AnnotateConfig(candidates_per_image=3, seed=10, kinds=["caption"], max_items_per_answer=12)
-    texts, rejected = generate.process_shard(frame, client, settings)
+    texts, rejected = generate.GenerateStage(PipelineConfig(annotate=settings), client=client).annotate_frame(
+        frame
+    )
     assert rejected.empty
     assert sorted(r.seed for r in client.requests) == [10, 11, 12]
     schema = client.requests[0].json_schema
@@ -103,5 +108,7 @@ def test_generate_request_and_candidates():
 def test_generate_repeated_item_is_rejected_not_duplicated():
     frame = pd.DataFrame({"image_id": ["r"], "path": ["/img/r.png"], "split": "train"})
     client = ScriptedClient(lambda request, attempt: json.dumps([GOOD_CAPTION[0], GOOD_CAPTION[0]]))
-    texts, rejected = generate.process_shard(frame, client, AnnotateConfig(kinds=["caption"]))
+    texts, rejected = generate.GenerateStage(
+        PipelineConfig(annotate=AnnotateConfig(kinds=["caption"])), client=client
+    ).annotate_frame(frame)
     assert len(texts) == 1 and rejected["reason"].tolist() == ["duplicate_item"]

@@ -21,7 +21,8 @@ from lenses_app.cli import main as cli_main
 from lenses_data.candidates.sources import SourceError
 from lenses_data.config import config_from_dict
 from lenses_data.io import read_marker, read_rejections, read_stage, stage_is_complete
-from lenses_data.stages.ingest import run_ingest
+from lenses_data.stages.base import ColumnMismatch
+from lenses_data.stages.ingest import IngestStage, run_ingest
 
 
 def _manifest(pool: Path) -> dict:
@@ -303,3 +304,10 @@ def test_a_daemonic_process_decodes_inline_instead_of_failing():
         child.join(timeout=30)
     assert results == [1, 2]
     assert decode_workers(3) == 3
+
+
+def test_ingest_checks_its_declared_columns(sample_pool: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(IngestStage, "writes", tuple(c for c in IngestStage.writes if c != "phash"))
+    with pytest.raises(ColumnMismatch, match=r"stage ingest: output shards .*unexpected \['phash'\]"):
+        run_ingest([str(sample_pool / "originals")], tmp_path, _config())
+    assert not list((tmp_path / "ingest").glob("part-*.parquet"))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lenses_data.config.annotate import AnnotateConfig
+from lenses_data.config import PipelineConfig
 from lenses_data.stages import rules as rules_stage
 from tests.lenses_data.stages.annotate_rows import frame, lens_row
 
@@ -20,7 +20,7 @@ def test_rules_stage_rejects_each_violation_and_near_duplicates():
         lens_row("i1", "caption", "Background", "In this image, a house of cards sits on a table."),
         lens_row("i1", "caption", "Abstract", "Caption: <text>", focus=""),
     ]
-    kept, rejected = rules_stage.process_shard(frame(rows), None, AnnotateConfig())
+    kept, rejected = rules_stage.RulesStage(PipelineConfig()).annotate_frame(frame(rows))
     assert sorted(kept["lens"].astype(str)) == ["Emotional", "Figurative", "Literal"]
     assert list(kept.set_index("lens").loc["Figurative", "idioms"]) == ["house of cards"]
     by_text = rejected.groupby("record_id")["reason"].apply(set).to_dict()
@@ -42,7 +42,7 @@ def test_image_report_counts_idiom_target_and_lens_loss():
             lens_row("i2", "caption", "Literal", LIT),
         ]
     )
-    kept, _ = rules_stage.process_shard(given, None, AnnotateConfig())
+    kept, _ = rules_stage.RulesStage(PipelineConfig()).annotate_frame(given)
     report = rules_stage.image_report(given, kept, 0.4).set_index("image_id")
     assert report.loc["i1", "idiomatic"] == 1 and report.loc["i1", "idiom_target"] == 1
     assert bool(report.loc["i1", "meets_idiom_target"]) and not bool(report.loc["i2", "meets_idiom_target"])

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 from lenses_data import io
-from lenses_data.config.annotate import AnnotateConfig
+from lenses_data.config import PipelineConfig
 from lenses_data.schemas import LensText
 from lenses_data.stages import rules as rules_stage
+from lenses_data.stages.base import run_stage
 from tests.lenses_data.stages.annotate_rows import frame, lens_row
 
 TEXTS = {
@@ -37,14 +38,14 @@ def test_streamed_stats_equal_the_whole_table_report(tmp_path):
     for shard in range(3):
         io.write_shard(tmp_path, "generate", shard, frame(_shard_rows(shard)), LensText)
     io.mark_stage_complete(tmp_path, "generate", range(3))
-    config = AnnotateConfig()
-    summary = rules_stage.run_stage(tmp_path, config)
+    config = PipelineConfig()
+    summary = run_stage(rules_stage.RulesStage(config), tmp_path)
 
     given = io.read_stage(tmp_path, "generate", LensText)
     kept = io.read_stage(tmp_path, "rules", LensText)
-    report = rules_stage.image_report(given, kept, config.idiom_target_share)
+    report = rules_stage.image_report(given, kept, config.annotate.idiom_target_share)
     expected = {
-        "idiom_rules": config.idiom_rules,
+        "idiom_rules": config.annotate.idiom_rules,
         "per_kind": rules_stage.summarize_report(report),
         "flags": rules_stage.flag_counts(kept),
     }

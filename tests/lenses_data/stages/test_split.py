@@ -14,7 +14,7 @@ from lenses_data import io
 from lenses_data.config import config_from_dict
 from lenses_data.config.dedupe import PRODUCTION_SPLIT, TABLE1_IMAGES, SplitConfig
 from lenses_data.schemas import DedupePair, DedupeRecord, FilterDecision, SplitAssignment
-from lenses_data.stages.base import run_stage
+from lenses_data.stages.base import ColumnMismatch, run_stage
 from lenses_data.stages.dedupe import PAIRS, DedupeStage
 from lenses_data.stages.split import SplitStage, assign_splits, leakage_report
 
@@ -127,3 +127,28 @@ def test_missing_dedupe_is_a_clear_error(tmp_path, capsys) -> None:
     assert "dedupe" in capsys.readouterr().err
     with pytest.raises(ValueError, match="exceed"):
         assign_splits(units(10), PRODUCTION_SPLIT)
+
+
+def test_split_checks_its_declared_columns(tmp_path, monkeypatch) -> None:
+    run = tmp_path / "run"
+    ids = [f"{i:04d}" for i in range(20)]
+    write_dedupe(run, [record(i, i) for i in ids], [])
+    config = config_from_dict({"run_dir": str(run)}, environ={})
+    monkeypatch.setattr(SplitStage, "reads", (*SplitStage.reads, "not_in_dedupe"))
+    with pytest.raises(ColumnMismatch, match=r"stage split: input \(dedupe\) .*missing \['not_in_dedupe'\]"):
+        run_stage(SplitStage(config), run)
+    monkeypatch.undo()
+    monkeypatch.setattr(SplitStage, "writes", ("image_id", "split"))
+    with pytest.raises(ColumnMismatch, match=r"stage split: output shard 0 .*unexpected \['group_id'\]"):
+        run_stage(SplitStage(config), run)
+    assert not io.shard_path(run, "split", 0).exists()  # nothing written
+
+
+def test_dedupe_checks_its_declared_columns(ingested_run, tmp_path, monkeypatch) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(ingested_run / "ingest", run / "ingest")
+    config = config_from_dict({"run_dir": str(run), "dedupe": {"crop_signal": False}}, environ={})
+    monkeypatch.setattr(DedupeStage, "writes", (*DedupeStage.writes, "declared_only"))
+    with pytest.raises(ColumnMismatch, match=r"stage dedupe: output shard 0 .*missing \['declared_only'\]"):
+        run_stage(DedupeStage(config), run)
+    assert not io.shard_path(run, "dedupe", 0).exists()

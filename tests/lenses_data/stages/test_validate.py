@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from lenses_data.annotation.prompts import get_template
+from lenses_data.config import PipelineConfig
 from lenses_data.config.annotate import AnnotateConfig
 from lenses_data.stages import validate, visual_validate
 from tests.lenses_data.stages.annotate_fakes import ScriptedClient
@@ -45,7 +46,7 @@ def test_batch_per_image_and_item_outcomes():
             item["Category"] = "Literal"  # not allowed: not applied, recorded
 
     client = ScriptedClient(lambda request, attempt: _echo(request, edit))
-    kept, rejected = validate.process_shard(frame(rows), client, AnnotateConfig())
+    kept, rejected = validate.ValidateStage(PipelineConfig(), client=client).annotate_frame(frame(rows))
 
     assert len(client.requests) == 1
     request = client.requests[0]
@@ -72,11 +73,15 @@ def test_focus_change_discards_by_default_and_can_keep_the_original():
     def answer(request, attempt):
         return _echo(request, lambda i: i.update(Focus="fence", Caption=LIT.replace("lone", "single")))
 
-    kept, rejected = validate.process_shard(frame(rows), ScriptedClient(answer), AnnotateConfig())
+    kept, rejected = validate.ValidateStage(PipelineConfig(), client=ScriptedClient(answer)).annotate_frame(
+        frame(rows)
+    )
     assert kept.empty and rejected["reason"].tolist() == ["fixed_field_changed"]
 
     keep = AnnotateConfig(on_fixed_field_change="keep_original")
-    kept, rejected = validate.process_shard(frame(rows), ScriptedClient(answer), keep)
+    kept, rejected = validate.ValidateStage(
+        PipelineConfig(annotate=keep), client=ScriptedClient(answer)
+    ).annotate_frame(frame(rows))
     assert kept["text"].tolist() == [LIT] and kept["focus"].tolist() == ["oak"]  # answer not applied
     assert rejected["reason"].tolist() == ["fixed_field_changed"]
 
@@ -91,7 +96,7 @@ def test_misaligned_batch_falls_back_to_items():
         return json.dumps(items)
 
     client = ScriptedClient(answer)
-    kept, rejected = validate.process_shard(frame(rows), client, AnnotateConfig())
+    kept, rejected = validate.ValidateStage(PipelineConfig(), client=client).annotate_frame(frame(rows))
     assert sorted(kept["lens"].astype(str)) == ["Emotional", "Literal"] and rejected.empty
     assert [len(_items(r)) for r in client.calls] == [2, 2, 1, 1]  # ask, re-ask, then one by one
 
@@ -122,7 +127,7 @@ def test_reordered_batch_is_retried_item_by_item():
         return json.dumps(items)
 
     client = ScriptedClient(answer)
-    kept, rejected = validate.process_shard(frame(rows), client, AnnotateConfig())
+    kept, rejected = validate.ValidateStage(PipelineConfig(), client=client).annotate_frame(frame(rows))
     assert rejected.empty and [len(_items(r)) for r in client.calls] == [2, 1, 1]
     assert dict(zip(kept["lens"].astype(str), kept["text"], strict=True)) == {
         "Literal": LIT,
@@ -133,7 +138,7 @@ def test_reordered_batch_is_retried_item_by_item():
 def test_bad_answers_are_rejections_with_raw():
     rows = [lens_row(code, "caption", "Literal", LIT) for code in BAD_ANSWERS]
     client = ScriptedClient(lambda request, attempt: BAD_ANSWERS[request.key.split(":")[1]])
-    kept, rejected = validate.process_shard(frame(rows), client, AnnotateConfig())
+    kept, rejected = validate.ValidateStage(PipelineConfig(), client=client).annotate_frame(frame(rows))
     assert kept.empty
     reasons = dict(zip(rejected["image_id"], rejected["reason"], strict=True))
     assert reasons == {code: code for code in BAD_ANSWERS}
@@ -151,19 +156,25 @@ def _edit_to(text):
 
 def test_listing4_edit_that_removes_an_idiom_is_flagged_or_strictly_rejected():
     rows = [lens_row("i1", "caption", "Figurative", FIG)]
-    kept, rejected = validate.process_shard(frame(rows), _edit_to(PLAIN_FIG), AnnotateConfig())
+    kept, rejected = validate.ValidateStage(PipelineConfig(), client=_edit_to(PLAIN_FIG)).annotate_frame(
+        frame(rows)
+    )
     assert rejected.empty and kept["text"].tolist() == [PLAIN_FIG]
     assert list(kept["flags"].iloc[0]) == ["figurative_missing_idiom"] and list(kept["idioms"].iloc[0]) == []
 
     strict = AnnotateConfig(idiom_rules="strict")
-    kept, rejected = validate.process_shard(frame(rows), _edit_to(PLAIN_FIG), strict)
+    kept, rejected = validate.ValidateStage(
+        PipelineConfig(annotate=strict), client=_edit_to(PLAIN_FIG)
+    ).annotate_frame(frame(rows))
     assert kept.empty and rejected["reason"].tolist() == ["figurative_missing_idiom"]
     assert rejected["message"].iloc[0].startswith("after the validator's edit")
 
 
 def _visual(rows, client, settings):
     paths = {r["image_id"]: f"/images/{r['image_id']}.png" for r in rows}
-    return visual_validate.process_shard(frame(rows), client, settings, paths)
+    return visual_validate.VisualValidateStage(
+        PipelineConfig(annotate=settings), client=client
+    ).annotate_frame(frame(rows), paths)
 
 
 def test_listing5_edit_that_removes_an_idiom_survives_even_in_strict_mode():
@@ -182,15 +193,23 @@ def test_listing5_fragment_removal_below_the_word_limit_survives_listing4_does_n
     rows = [lens_row("i1", "caption", "Emotional", EMO, split="test")]
     kept, rejected = _visual(rows, _edit_to(short), AnnotateConfig())
     assert rejected.empty and list(kept["flags"].iloc[0]) == ["word_count_low"]
-    kept, rejected = validate.process_shard(frame(rows), _edit_to(short), AnnotateConfig())
+    kept, rejected = validate.ValidateStage(PipelineConfig(), client=_edit_to(short)).annotate_frame(
+        frame(rows)
+    )
     assert kept.empty and rejected["reason"].tolist() == ["word_count_low"]
 
 
 def test_edits_that_add_damage_are_rejected_and_added_idioms_flagged():
     rows = [lens_row("i1", "caption", "Emotional", EMO, split="test")]
     damaged = "Caption: " + EMO
-    for run in (validate.process_shard, lambda f, c, s: _visual(rows, c, s)):
-        kept, rejected = run(frame(rows), _edit_to(damaged), AnnotateConfig())
+
+    def _text(rows, client, settings):
+        return validate.ValidateStage(PipelineConfig(annotate=settings), client=client).annotate_frame(
+            frame(rows)
+        )
+
+    for run in (_text, _visual):
+        kept, rejected = run(rows, _edit_to(damaged), AnnotateConfig())
         assert kept.empty and rejected["reason"].tolist() == ["artifact_label"]
     added = "Quiet dread hangs in the heavy air as the empty pasture nears a tipping point."
     kept, rejected = _visual(rows, _edit_to(added), AnnotateConfig(idiom_rules="strict"))
@@ -199,7 +218,9 @@ def test_edits_that_add_damage_are_rejected_and_added_idioms_flagged():
 
 def test_unedited_texts_keep_the_flags_of_the_rules_stage():
     row = {**lens_row("i1", "caption", "Figurative", PLAIN_FIG), "flags": ["figurative_missing_idiom"]}
-    kept, rejected = validate.process_shard(frame([row]), _edit_to(PLAIN_FIG), AnnotateConfig())
+    kept, rejected = validate.ValidateStage(PipelineConfig(), client=_edit_to(PLAIN_FIG)).annotate_frame(
+        frame([row])
+    )
     assert rejected.empty and list(kept["flags"].iloc[0]) == ["figurative_missing_idiom"]
 
 

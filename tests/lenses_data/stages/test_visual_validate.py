@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from lenses_data.annotation.prompts import get_template
-from lenses_data.config.annotate import AnnotateConfig
+from lenses_data.config import PipelineConfig
 from lenses_data.stages import visual_validate
 from tests.lenses_data.stages.annotate_fakes import ScriptedClient
 from tests.lenses_data.stages.annotate_rows import frame, lens_row
@@ -31,7 +31,9 @@ def test_only_test_split_is_checked_with_its_image():
 
     client = ScriptedClient(answer)
     paths = {"t1": "/img/t1.png", "t2": "/img/t2.png", "r1": "/img/r1.png"}
-    kept, rejected = visual_validate.process_shard(frame(rows), client, AnnotateConfig(), paths)
+    kept, rejected = visual_validate.VisualValidateStage(PipelineConfig(), client=client).annotate_frame(
+        frame(rows), paths
+    )
 
     assert {r.image_path for r in client.requests} == {"/img/t1.png", "/img/t2.png"}
     assert all(r.role == "visual_validator" for r in client.requests)
@@ -45,5 +47,7 @@ def test_only_test_split_is_checked_with_its_image():
 def test_missing_image_is_a_rejection():
     rows = [lens_row("t9", "caption", "Literal", LIT, split="test")]
     client = ScriptedClient(lambda request, attempt: "[]")
-    kept, rejected = visual_validate.process_shard(frame(rows), client, AnnotateConfig(), {})
+    kept, rejected = visual_validate.VisualValidateStage(PipelineConfig(), client=client).annotate_frame(
+        frame(rows), {}
+    )
     assert kept.empty and rejected["reason"].tolist() == ["missing_image_path"] and not client.requests
