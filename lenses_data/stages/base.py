@@ -211,6 +211,15 @@ def _log_shard(stage: str, result: ShardStats, number: int, total: int, elapsed:
     )
 
 
+def rejected_records(rejections: pd.DataFrame) -> int:
+    """Records a shard rejected: a record failing two rules has two rejection rows (one per reason,
+    both kept) but is one record of the funnel, where in = out + rejected must hold (a real-vLLM
+    build had 12 texts in, 0 out and 14 rows rejected)."""
+    if not len(rejections) or "record_id" not in rejections:
+        return len(rejections)
+    return int(rejections["record_id"].nunique())
+
+
 def _rows(path: Path) -> int:
     return pq.read_metadata(path).num_rows if path.exists() else 0
 
@@ -270,7 +279,7 @@ class ShardedStage:
             shard,
             records_in=len(frame),
             records_out=len(records),
-            rejected=len(rejected),
+            rejected=rejected_records(rejected),
             reasons=dict(Counter(rejected["reason"])) if len(rejected) else {},
             extra={"simulated_answers": simulated} if simulated else {},
         )
@@ -290,7 +299,7 @@ class ShardedStage:
             shard,
             records_in=len(self.load_input(run, shard)),  # the stage's own view of its input (e.g. filtered)
             records_out=_rows(io.shard_path(run, self.name, shard)),
-            rejected=len(rejected),
+            rejected=rejected_records(rejected),
             skipped=True,
             reasons=dict(Counter(rejected["reason"])) if len(rejected) else {},
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from lenses_data.config import PipelineConfig
 from lenses_data.stages import rules as rules_stage
+from lenses_data.stages.base import rejected_records
 from tests.lenses_data.stages.annotate_rows import frame, lens_row
 
 LIT = "A lone oak tree stands on a grassy hill beneath dark clouds and a wooden fence."
@@ -31,6 +32,8 @@ def test_rules_stage_rejects_each_violation_and_near_duplicates():
         rows[5]["text_id"]
     ]
     assert (rejected["stage"] == "rules").all()
+    # One row per reason, but the funnel counts records: 6 in = 3 out + 3 rejected.
+    assert len(rejected) > 3 and rejected_records(rejected) == 3 == len(rows) - len(kept)
 
 
 def test_image_report_counts_idiom_target_and_lens_loss():
