@@ -65,7 +65,14 @@ def write_config(
         "ingest": {"sources": sample_sources(pool), "min_side": 64, "max_aspect_ratio": 4.0, "workers": 2},
         "dedupe": {"hash_kind": "phash", "clip_model": None},
         "split": {"valid": 0.15, "test": 0.3, "seed": "lenses-sample"},
-        "annotate": {"candidates_per_image": 1},
+        # The tiny models were trained on six-word texts (short answers close their JSON); the
+        # listings' 8-22 / 10-28 words would reject every text at the rules and leave the
+        # validators on real vLLM nothing to read.
+        "annotate": {
+            "candidates_per_image": 1,
+            "caption_words": {"min": 1, "max": 40},
+            "prompt_words": {"min": 1, "max": 40},
+        },
         "orchestration": {"task_runner": "thread", "max_workers": 2},
         "models": models_section(internvl, validator),
     }
