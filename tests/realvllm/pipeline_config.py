@@ -47,7 +47,7 @@ def models_section(internvl: VllmServer, validator: VllmServer) -> dict[str, Any
         ),
         "generator": role(internvl, {**SAMPLED, "max_tokens": 600}, **image),
         "visual_validator": role(internvl, {**SAMPLED, "max_tokens": 600}, **image),
-        "validator": role(validator, {**SAMPLED, "max_tokens": 600}),
+        "validator": role(validator, {"temperature": 0.0, "max_tokens": 600}),
         "retry": {"max_attempts": 3, "backoff_base_s": 0.2, "backoff_max_s": 2.0},
     }
 

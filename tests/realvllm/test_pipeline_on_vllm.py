@@ -83,13 +83,18 @@ def test_a_whole_build_on_real_vllm_accounts_for_every_record(vllm_internvl, vll
     for name, count in counts.items():
         if name != "generate":  # generate turns images into texts
             assert count["records_in"] == count["records_out"] + count["rejected"], count
-    assert counts["filter"]["records_out"] > 0 and manifest["tables"]["captions.parquet"] > 0
+    # Every model stage that got input was answered by vLLM (the tiny models' judgement decides how
+    # far records get: the tiny validator often rewrites a fixed field, which discards the item).
+    assert counts["filter"]["records_out"] > 0 and counts["generate"]["records_out"] > 0
+    assert counts["validate"]["records_in"] == counts["rules"]["records_out"] > 0
     # Every candidate is exported or rejected with a reason; no model stage failed as a whole.
     rejections = pd.read_parquet(run / "export" / "rejections.parquet")
     assert rejections.reason.notna().all()
     assert not set(rejections.reason) & {"client_error", "server_error", "transport_error", "timeout"}
     answered = [json.loads(line) for path in (run / "journal").glob("*/part-*.jsonl") for line in path.open()]
     assert answered and not any(entry["simulated"] for entry in answered)
+    stages = {path.parent.name for path in (run / "journal").glob("*/part-*.jsonl")}
+    assert {"filter", "generate", "validate"} <= stages
     assert {entry["model"] for entry in answered} == {
         vllm_internvl.served_model_name,
         vllm_validator.served_model_name,
