@@ -8,7 +8,7 @@ client's overhead is as visible as it can be on this machine), text-only on the 
 a real photograph on the tiny InternVL. Variants run interleaved, `--repeats` times; the table has
 the median throughput and its ratio to the bare loop.
 
-    .venv/bin/python benchmarks/bench_vllm_client.py --requests 200 --concurrency 16 --repeats 3
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_vllm_client.py --requests 60 --concurrency 8 --repeats 2
 """
 
 from __future__ import annotations
