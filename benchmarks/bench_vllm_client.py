@@ -108,7 +108,7 @@ def run_variant(
         with tempfile.TemporaryDirectory() as journal_dir:
             client = ModelClient.from_config(config, journal_dir=journal_dir)
             with client.shard_journal(Path(journal_dir) / role / "part-00000.jsonl"):
-                results = asyncio.run(client.run(requests, lambda text: parse_choice(text, CHOICES)))
+                results = asyncio.run(client.run(requests, parse_choice(CHOICES)))
             client.close()
         ok = sum(r.ok for r in results)
     elapsed = time.perf_counter() - start
