@@ -76,7 +76,8 @@ def _run_all(config, run: Path) -> dict[str, dict]:
     client = ModelClient.from_config(config.models, journal_dir=run / "journal")
     try:
         stages = [
-            cls(config) if cls in (DedupeStage, SplitStage) else cls(config, client=client) for cls in STAGES
+            cls(config) if cls in (DedupeStage, SplitStage, ExportStage) else cls(config, client=client)
+            for cls in STAGES
         ]
         return {stage.name: run_stage(stage, run) for stage in stages}
     finally:
