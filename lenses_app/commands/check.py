@@ -18,9 +18,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "check",
         help="probe each model role's endpoint (model served, JSON schema, choice, images, prefix cache) "
         "and report which fallbacks the pipeline will use",
-        description="Send each role's endpoint one cheap request per capability the pipeline needs from it "
+        description="Ask each role's server its vLLM release (GET /version; it decides the choice field the "
+        "client sends) and served context, then send it one cheap request per capability the pipeline "
+        "needs from it "
         "(filter: choice + image; generator: JSON + image; validator: JSON; visual_validator: JSON + "
-        "image), then two requests with the same instructions to see how much the server's prefix cache "
+        "image; with processor settings, the same wide image with and without them, which must cost fewer "
+        "prompt tokens with them), then two requests with the same instructions to see how much the server's prefix cache "
         "served (cached_tokens). vLLM reports only hits, so a silent second answer is followed by a "
         "word-for-word repeat: a hit there means the second missed (fallback: the image is rendered "
         "before the instructions); no hit reads 'not measured' (caching or its reporting is off). "
