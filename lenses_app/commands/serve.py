@@ -71,10 +71,8 @@ def handle(args: argparse.Namespace) -> int:
     except RuntimeError as error:  # MissingKeyError, or a --vllm-python without vLLM
         print(f"error: {error}", file=sys.stderr)
         return 2
-    options = ServeOptions(
-        args.gpus, args.first_gpu, args.docker, host, args.vllm_python, version, key, source
-    )
-    replicas = plan_replicas(config, args.role, args.gpus, options=options)
+    options = ServeOptions(host, args.vllm_python, version, key, source)
+    replicas = plan_replicas(config, args.role, args.gpus, args.first_gpu, args.docker, options)
     print(f"# vLLM {version} for role {args.role}: {role.model}, {len(replicas)} replica(s)")
     for replica in replicas:
         print(replica.shell())

