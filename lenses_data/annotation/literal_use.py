@@ -39,11 +39,12 @@ _FIGURATIVE_MARKERS = (
 _HEDGE_NOUNS = frozenset(normalise_token(w) for w in ("kind", "sort", "type"))
 # "there is a red flag on the pole": after "there", "is" introduces the thing, it does not predicate.
 _EXISTENTIAL = normalise_token("there")
-# Words that start another clause or a comparison: a locative after them no longer locates the match.
+# Words that start another clause, a comparison or a non-spatial complement ("raised a red flag
+# with the auditors on the pier"): a locative after them locates that, not the match.
 _CLAUSE_WORDS = frozenset(
     normalise_token(w)
     for w in "that which who whom whose while because but although though when whereas like as if unless "
-    "than so".split()
+    "than so with without for about despite during after before since until".split()
 )
 _MARKERS = frozenset(normalise_token(w) for w in _FIGURATIVE_MARKERS)
 _OF = "of"

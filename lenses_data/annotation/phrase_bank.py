@@ -8,12 +8,12 @@ cards", "tipped the scales", "burning bridges"). Each match reports the idiom an
 Which listing shows which set is explicit: Listing 2 (image-side prompts) shows the 15 families
 plus the "Add ons"; Listing 3 (captions) shows the 15 families only (`idioms_for("captions")`).
 
-Literal use of an idiom's words is not an idiom ("a red flag flutters from the mast", "an acrobat
-walks a tightrope above the circus crowd"). An idiom whose words name something that can be in a
-picture lists `literal` cue words in the YAML: a match with a cue word within `LITERAL_WINDOW`
-tokens in the same sentence reads as the physical thing, unless the words right before it mark a
-comparison or metaphor ("like a house of cards", "is a red flag", "became a revolving door") or an
-of-phrase names what it stands for ("a revolving door of tenants").
+Literal use of an idiom's words is not an idiom ("a red flag flutters from the mast", "a red flag
+on the beach warns swimmers"). An idiom whose words name something that can be in a picture lists
+`literal` cue words in the YAML; `lenses_data.annotation.literal_use` reads a match of such an idiom
+as the physical thing when a cue word is near, or when the bank-wide `scene` lexicon locates or
+describes it, unless a figurative frame ("is a", "like a", "a kind of", an apposition) or an
+abstract of-phrase ("a revolving door of tenants") makes it the idiom.
 `find` reports idiomatic uses only; `find(..., include_literal=True)` also returns the literal ones.
 """
 
