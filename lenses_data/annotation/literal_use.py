@@ -33,7 +33,8 @@ SCENE_OBJECT_WORDS = 3  # words after a preposition (determiners skipped) search
 _FIGURATIVE_MARKERS = (
     "like as into is are was were be been become became becomes becoming seem seems feel feels "
     "resemble resembles symbolize symbolizes symbolise symbolises represent represents signal signals "
-    "evoke evokes suggest suggests mirror mirrors embody embodies call calls called"
+    "evoke evokes suggest suggests mirror mirrors embody embodies call calls called remain remains remained "
+    "stay stays stayed prove proves proved"
 ).split()
 # "a kind of tightrope": a hedge announces a non-literal use.
 _HEDGE_NOUNS = frozenset(normalise_token(w) for w in ("kind", "sort", "type"))
