@@ -155,3 +155,50 @@ def test_lenses_evaluate_writes_supp_tables_1_and_2(tiny_config, tiny_export, tm
     want = data["systems"]["lens_gallery"][oc_name]["all/i2t/R@1"]
     table2 = report.split("## Main Table 2")[1].split("\n## ")[0]
     assert _cells(_line(table2, "| OpenCLIP |"))[-5] == f"{want:.2f}"  # All I→T R@1
+
+
+def test_table5_openclip_row_from_the_artemis_entry_of_baselines_open_clip():
+    from training.evaluation.paper_tables import table5
+
+    m = {f"all/{d}/R@{k}": float(k) for d in ("i2t", "t2i") for k in (1, 5, 10)}
+    art = {"systems": {}, "unavailable": {}, "n_images": 2, "n_captions": 2, "n_rejected_rows": 0,
+           "n_images_with_prompts": 0}  # fmt: skip
+    results = {"artemis": art, "external": {"ArtEmis (zero-shot open_clip)": m},
+               "open_clip_row": {"row": "CLIP", "system": "Zero-shot open_clip (x)"}}  # fmt: skip
+    table = table5(results)
+    assert _cells(_line(table, "| CLIP |"))[1:8] == ["1.00", "5.00", "10.00", "1.00", "5.00", "10.00", ""]
+    assert "not run" in _line(table, "| OpenCLIP |")
+    results["open_clip_row"]["row"] = None  # placement switched off
+    assert "not run" in _line(table5(results), "| CLIP |")
+
+
+def test_lenses_rows_score_all_slots_and_the_literal_slot_only(tiny_retriever, tmp_path):
+    """Lenses - All is Eq. 4 with the five text slots; Lenses - Literal is the same encodings
+    with only the Literal text slot (main Sec. 4.2's one-lens score)."""
+    from training.evaluation.inputs import encode_in_process
+    from training.evaluation.karpathy import LENSES_ALL, LENSES_LITERAL, _lens_model_scores
+    from training.evaluation.scoring import score_lens_slots, score_one_lens
+    from training.evaluation.types import SplitLabels
+    from training.external.karpathy import read_karpathy
+    from training.retriever.config import load_train_config
+
+    retriever, processor, _ = tiny_retriever
+    data_cfg = load_train_config("tiny").data
+    ds = read_karpathy(write_coco(tmp_path), tmp_path / "images")
+    prompt_sets = [[("a cat", 0), ("calm", 4)], [("a coffee cup", 0)]]
+    got = _lens_model_scores((retriever, processor, data_cfg), ds, prompt_sets, EvalConfig())
+    labels = SplitLabels(ds.image_paths, ds.image_paths, [str(i) for i in range(len(ds.texts))], ds.texts,
+                         ds.caption_image, ds.caption_lens, prompt_sets, [], np.zeros(0, np.int64),
+                         np.zeros(0, np.int64))  # fmt: skip
+    enc = encode_in_process(retriever, processor, data_cfg, labels)
+    want_all = score_lens_slots(
+        enc.img_slots, enc.img_slot_lens, enc.img_global, enc.txt_slots, enc.txt_global
+    )
+    want_literal = score_one_lens(
+        enc.img_slots, enc.img_slot_lens, enc.img_global, enc.txt_slots[:, 0], enc.txt_global, 0
+    )
+    np.testing.assert_allclose(got[LENSES_ALL], want_all, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[LENSES_LITERAL], want_literal, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(
+        got[LENSES_ALL], got[LENSES_LITERAL]
+    )  # image 0's Emotional slot counts in All only
