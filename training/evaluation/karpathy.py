@@ -13,6 +13,7 @@ an image has no slot and its scores are Eq. 4's global fallback).
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -97,23 +98,28 @@ def _lens_model_scores(bundle, ds: KarpathySet, prompt_sets, cfg: EvalConfig) ->
 
 
 def _systems(
-    cfg: EvalConfig, ds: KarpathySet, prompt_sets, source: dict, open_clip: tuple[str, Any] | None
-) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    cfg: EvalConfig, ds: KarpathySet, prompt_sets, source: dict, open_clip: tuple[str, Any] | None,
+    unavailable: dict[str, str],
+) -> Iterator[tuple[str, np.ndarray]]:  # fmt: skip
+    """(row, score matrix) of every system, one at a time: a 5k x 25k matrix is 0.5 GB, so each is
+    reduced to its metrics before the next is computed. Rows that cannot run go to `unavailable`."""
     from training.evaluation.paper_runs import ARTEMIS_LENSES, _lens_models
     from training.evaluation.zero_shot import zero_shot_systems
 
-    scores, unavailable = zero_shot_systems(cfg.baselines.zero_shot, ds.image_paths, ds.texts)
+    for entry in cfg.baselines.zero_shot:
+        scores, reasons = zero_shot_systems([entry], ds.image_paths, ds.texts)
+        unavailable.update(reasons)
+        yield from scores.items()
     if open_clip is not None:
         from training.evaluation.inputs import open_clip_scores
 
         name, bundle = open_clip
-        scores[name] = open_clip_scores(bundle, cfg, ds.image_paths, ds.texts)
+        yield name, open_clip_scores(bundle, cfg, ds.image_paths, ds.texts)
     loaders, reasons = _lens_models(cfg.model_copy(update={"variants": []}), source)
     if ARTEMIS_LENSES in loaders:
-        scores.update(_lens_model_scores(loaders[ARTEMIS_LENSES](), ds, prompt_sets, cfg))
+        yield from _lens_model_scores(loaders[ARTEMIS_LENSES](), ds, prompt_sets, cfg).items()
     else:
         unavailable[LENSES_ALL] = unavailable[LENSES_LITERAL] = reasons[ARTEMIS_LENSES]
-    return scores, unavailable
 
 
 def karpathy_results(
@@ -128,8 +134,11 @@ def karpathy_results(
         captions_per_image=section.captions_per_image, on_missing=section.on_missing,
     )  # fmt: skip
     prompt_sets = read_prompts(section.prompts, ds)
-    scores, unavailable = _systems(cfg, ds, prompt_sets, source, open_clip)
-    systems = {row: karpathy_metrics(sim, ds, tuple(cfg.metrics.ks)) for row, sim in scores.items()}
+    unavailable: dict[str, str] = {}
+    systems = {
+        row: karpathy_metrics(sim, ds, tuple(cfg.metrics.ks))
+        for row, sim in _systems(cfg, ds, prompt_sets, source, open_clip, unavailable)
+    }
     return {
         "systems": systems,
         "unavailable": unavailable,

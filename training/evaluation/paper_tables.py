@@ -228,10 +228,12 @@ def supp_karpathy_table(results: dict, dataset: str) -> str:
         rows.append(
             _row(r, systems.get(r), keys, f"unavailable: {res['unavailable'][r]}" if r not in systems else "")
         )
-    extra = [r for r in systems if r not in KARPATHY_ROWS + KARPATHY_LENSES]
-    if extra:
+    extra = [r for r in [*systems, *res["unavailable"]] if r not in KARPATHY_ROWS + KARPATHY_LENSES]
+    if extra:  # configured systems without a paper row, also those that could not run
         rows.append(_block("Other configured systems", len(keys) + 1))
-        rows += [_row(r, systems[r], keys, "") for r in extra]
+        for r in extra:
+            m, note = _zero_shot_note(unavailable, r, systems)
+            rows.append(_row(r, m, keys, note))
     sizes = (f"{res['n_images']} images, {res['n_captions']} captions ({res['split']} split of {res['file']}); "
              f"{res['n_rejected']} entries rejected, {res['n_captions_beyond_limit']} captions beyond the "
              f"per-image limit left out; {res['n_images_with_prompts']} images with image-side prompts")  # fmt: skip

@@ -48,7 +48,7 @@ def test_supp_table_rows_and_notes():
     metrics = {f"all/{d}/R@{k}": 10.0 * k + (d == "t2i") for d in ("i2t", "t2i") for k in (1, 5, 10)}
     res = {
         "systems": {"OpenAI CLIP-B/16": metrics, "Lenses - All": metrics, "My CLIP": metrics},
-        "unavailable": {"Lenses - Literal": "lens model read from encodings_dir"},
+        "unavailable": {"Lenses - Literal": "lens model read from encodings_dir", "Jina-v4": "remote code"},
         "file": "dataset_coco.json", "split": "test", "n_images": 3, "n_captions": 15,
         "n_rejected": 1, "n_captions_beyond_limit": 2, "n_images_with_prompts": 0,
     }  # fmt: skip
@@ -67,7 +67,8 @@ def test_supp_table_rows_and_notes():
     )
     assert "unavailable: MagicLens" in _line(table, "| MagicLens-B |") and "unavailable: VLM2Vec" in table
     assert "unavailable: lens model read from encodings_dir" in _line(table, "| Lenses - Literal |")
-    assert _line(table, "| My CLIP |")  # a configured system without a paper row is still shown
+    assert _cells(_line(table, "| My CLIP |"))[1] == "10.00"  # configured systems without a paper row
+    assert "unavailable: remote code" in _line(table, "| Jina-v4 |")  # ... also those that could not run
     assert "1 entries rejected, 2 captions beyond the per-image limit" in table
     assert "not run: external.flickr30k not configured" in supp_karpathy_table({}, "flickr30k")
 
@@ -124,7 +125,8 @@ def test_lenses_evaluate_writes_supp_tables_1_and_2(tiny_config, tiny_export, tm
         "export_dir": str(tiny_export), "train_config": str(train_yaml), "routing": False,
         "metrics": {"protocols": ["lens_gallery"]},
         "baselines": {"open_clip": {"enabled": True, **oc}, "similarity_ablations": False, "text_only": False,
-                      "zero_shot": [{"row": "OpenAI CLIP-B/16", "family": "open_clip", **oc}]},
+                      "zero_shot": [{"row": "OpenAI CLIP-B/16", "family": "open_clip", **oc},
+                                     {"row": "Jina-v4", "family": "jina_v4"}]},
         "external": {
             "coco": {"captions_json": str(coco), "images_dir": str(tmp_path / "coco" / "images"),
                      "prompts": str(tmp_path / "prompts.csv")},
@@ -143,6 +145,7 @@ def test_lenses_evaluate_writes_supp_tables_1_and_2(tiny_config, tiny_export, tm
         assert {"OpenAI CLIP-B/16", "Lenses - All", "Lenses - Literal"} <= set(res["systems"])
         assert any(s.startswith("Zero-shot open_clip") for s in res["systems"])
         section = report.split(heading)[1].split("\n## ")[0]
+        assert "Jina-v4" in res["unavailable"] and "unavailable: jina_v4" in _line(section, "| Jina-v4 |")
         for row in ("OpenAI CLIP-B/16", "Lenses - All", "Lenses - Literal"):
             cells = _cells(_line(section, f"| {row} |"))
             m = res["systems"][row]
