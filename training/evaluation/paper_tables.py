@@ -59,7 +59,7 @@ def _zero_shot_note(results: dict, row: str, systems: dict, suffix: str = "") ->
 
 def table2(results: dict) -> str:
     protocol, systems = _gallery(results)
-    systems = with_open_clip_row(results, systems)
+    systems, from_open_clip = with_open_clip_row(results, systems), open_clip_note(results, systems)
     keys = [f"{k}/{d}/R@{r}" for _, k in LENS_COLS for d in ("i2t", "t2i") for r in (1, 5)]
     header = [
         "Model",
@@ -69,7 +69,7 @@ def table2(results: dict) -> str:
     rows = [_block("Zero-shot", len(keys) + 1)]
     for r in TABLE2_ZERO_SHOT:
         m, note = _zero_shot_note(results, r, systems)
-        rows.append(_row(r, m, keys, note))
+        rows.append(_row(r, m, keys, from_open_clip.get(r, note) if m is not None else note))
     rows.append(_block("Fine-Tune", len(keys) + 1))
     rows.append(_row("BGE-VL-MLLM", systems.get(FINE_TUNED), keys,
                      "" if FINE_TUNED in systems else "not run: baselines.global_only_encodings or global_only_checkpoint not set"))  # fmt: skip
@@ -116,11 +116,12 @@ def table5(results: dict) -> str:
     keys = [f"all/{d}/R@{k}" for d in ("i2t", "t2i") for k in (1, 5, 10)]
     header = ["Model", *(f"{t} R@{k}" for t in ("I→T", "T→I") for k in (1, 5, 10)), "Note"]
     systems, unavailable = art["systems"], art["unavailable"]
+    from_open_clip = open_clip_note(results, systems)
     systems = with_open_clip_row(results, systems, results.get("external", {}).get(ARTEMIS_OPEN_CLIP))
     rows = [_block("Zero-shot", len(keys) + 1)]
     for r in TABLE5_ZERO_SHOT:
         m, note = _zero_shot_note({"zero_shot": {"unavailable": unavailable}}, r, systems)
-        rows.append(_row(r, m, keys, note))
+        rows.append(_row(r, m, keys, from_open_clip.get(r, note) if m is not None else note))
     rows.append(_block("Fine-tuned on Lenses", len(keys) + 1))
     for r in TABLE5_FINE_TUNED:
         rows.append(_row(r, systems.get(r), keys, f"not run: {unavailable[r]}" if r in unavailable else ""))
@@ -207,6 +208,15 @@ def with_open_clip_row(results: dict, systems: dict, metrics: dict | None = None
     if row is None or row in systems or metrics is None:
         return systems
     return {**systems, row: metrics}
+
+
+def open_clip_note(results: dict, systems: dict) -> dict[str, str]:
+    """{row: note} for the row baselines.open_clip fills (none when a zero-shot entry has it)."""
+    placed = results.get("open_clip_row") or {}
+    row = placed.get("row")
+    if row is None or row in systems:
+        return {}
+    return {row: f"baselines.open_clip: {placed.get('system')}"}
 
 
 def supp_karpathy_table(results: dict, dataset: str) -> str:

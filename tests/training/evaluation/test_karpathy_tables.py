@@ -87,7 +87,7 @@ def test_table2_clip_rows_come_from_baselines_open_clip():
     assert (
         row[1] == f"{want['literal/i2t/R@1']:.2f}"
         and row[-2] == f"{want['all/t2i/R@5']:.2f}"
-        and row[-1] == ""
+        and row[-1] == f"baselines.open_clip: {oc}"  # the row says where its numbers come from
     )
     assert "not run" in _line(report, "| CLIP |")
     # OpenAI weights: the same model fills the CLIP row instead.
@@ -169,7 +169,15 @@ def test_table5_openclip_row_from_the_artemis_entry_of_baselines_open_clip():
     results = {"artemis": art, "external": {"ArtEmis (zero-shot open_clip)": m},
                "open_clip_row": {"row": "CLIP", "system": "Zero-shot open_clip (x)"}}  # fmt: skip
     table = table5(results)
-    assert _cells(_line(table, "| CLIP |"))[1:8] == ["1.00", "5.00", "10.00", "1.00", "5.00", "10.00", ""]
+    assert _cells(_line(table, "| CLIP |"))[1:8] == [
+        "1.00",
+        "5.00",
+        "10.00",
+        "1.00",
+        "5.00",
+        "10.00",
+        "baselines.open_clip: Zero-shot open_clip (x)",
+    ]
     assert "not run" in _line(table, "| OpenCLIP |")
     results["open_clip_row"]["row"] = None  # placement switched off
     assert "not run" in _line(table5(results), "| CLIP |")
