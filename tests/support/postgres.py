@@ -8,8 +8,9 @@
 
 `start_postgres(base_dir)` runs `initdb` and then `postgres` itself (no system service, no
 `pg_ctlcluster`): a new cluster listening only on 127.0.0.1 at a free port, its unix socket in its
-own directory, one role and one database (both "prefect" unless told), password authentication
-(scram-sha-256) with a random password. It yields a `PostgresServer`:
+own directory, and in it one ordinary role (no superuser) owning one database, both "prefect" unless
+told, as docs/deploy.md sets up a production server. Authentication is scram-sha-256 with one random
+password (the role's and the `postgres` superuser's). It yields a `PostgresServer`:
 
 - `url`: `postgresql://user:password@127.0.0.1:port/database` (psql, psycopg, asyncpg.connect);
 - `asyncpg_url`: the same with the `postgresql+asyncpg` scheme SQLAlchemy wants (Prefect's
@@ -51,6 +52,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+ADMIN = "postgres"  # the cluster's superuser; `user` is an ordinary role
 STARTUP_TIMEOUT_S = 60.0
 SHUTDOWN_TIMEOUT_S = 30.0
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
@@ -82,7 +84,7 @@ class PostgresServer:
 
 
 def find_bin_dir() -> Path:
-    """The directory holding `initdb`, `postgres` and `pg_isready`; PostgresError if there is none."""
+    """The directory holding `initdb`, `postgres`, `pg_isready` and `psql`; PostgresError if there is none."""
     candidates = []
     if os.environ.get("LENSES_PG_BIN_DIR"):
         candidates.append(Path(os.environ["LENSES_PG_BIN_DIR"]))
@@ -92,10 +94,10 @@ def find_bin_dir() -> Path:
     debian = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: _version_key(p.parent.name))
     candidates.extend(reversed(debian))
     for directory in candidates:
-        if all((directory / name).is_file() for name in ("initdb", "postgres", "pg_isready")):
+        if all((directory / name).is_file() for name in ("initdb", "postgres", "pg_isready", "psql")):
             return directory
     raise PostgresError(
-        "PostgreSQL server binaries not found (initdb, postgres, pg_isready): install Debian's "
+        "PostgreSQL binaries not found (initdb, postgres, pg_isready, psql): install Debian's "
         "`postgresql` package (`apt-get install -y postgresql`) or set LENSES_PG_BIN_DIR"
     )
 
@@ -134,9 +136,9 @@ def start_postgres(
         if account:
             for path in (root, socket_dir):
                 os.chown(path, account.pw_uid, account.pw_gid)
-        _initdb(bin_dir, data_dir, user, password, account)
+        _initdb(bin_dir, data_dir, password, account)
         with _running_server(bin_dir, data_dir, socket_dir, base_dir, settings or {}, account) as port:
-            _create_database(bin_dir, port, user, password, database)
+            _create_role_and_database(bin_dir, port, password, user, database)
             url = f"postgresql://{user}:{password}@127.0.0.1:{port}/{database}"
             yield PostgresServer(
                 url=url,
@@ -164,9 +166,7 @@ def _run_kwargs(account: pwd.struct_passwd | None) -> dict:
     return {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": [], "cwd": "/"}
 
 
-def _initdb(
-    bin_dir: Path, data_dir: Path, user: str, password: str, account: pwd.struct_passwd | None
-) -> None:
+def _initdb(bin_dir: Path, data_dir: Path, password: str, account: pwd.struct_passwd | None) -> None:
     pwfile = data_dir.parent / "initdb.pw"
     pwfile.write_text(password + "\n")
     pwfile.chmod(0o600)
@@ -174,7 +174,7 @@ def _initdb(
         os.chown(pwfile, account.pw_uid, account.pw_gid)
     try:
         result = subprocess.run(
-            [str(bin_dir / "initdb"), "-D", str(data_dir), "-U", user, f"--pwfile={pwfile}"]
+            [str(bin_dir / "initdb"), "-D", str(data_dir), "-U", ADMIN, f"--pwfile={pwfile}"]
             + ["--auth=scram-sha-256", "--encoding=UTF8", "--locale=C", "--no-sync"],
             capture_output=True,
             text=True,
@@ -256,10 +256,15 @@ def _stop(proc: subprocess.Popen) -> None:
             continue
 
 
-def _create_database(bin_dir: Path, port: int, user: str, password: str, database: str) -> None:
-    createdb = bin_dir / "createdb"
+def _create_role_and_database(bin_dir: Path, port: int, password: str, user: str, database: str) -> None:
+    """As docs/deploy.md sets up a production server: an ordinary role (no superuser) owning its database."""
+    statements = [
+        f"CREATE ROLE \"{user}\" LOGIN PASSWORD '{password}'",  # token_urlsafe: nothing to escape
+        f'CREATE DATABASE "{database}" OWNER "{user}"',
+    ]
+    command = [str(bin_dir / "psql"), "-h", "127.0.0.1", "-p", str(port), "-U", ADMIN, "-d", "postgres"]
+    command += ["-v", "ON_ERROR_STOP=1", "-q"] + [arg for sql in statements for arg in ("-c", sql)]
     env = {**os.environ, "PGPASSWORD": password}
-    command = [str(createdb), "-h", "127.0.0.1", "-p", str(port), "-U", user, "-O", user, database]
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
     if result.returncode != 0:
-        raise PostgresError(f"createdb {database} failed: {result.stderr[-2000:]}")
+        raise PostgresError(f"creating role {user} and database {database} failed: {result.stderr[-2000:]}")

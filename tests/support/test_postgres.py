@@ -13,11 +13,14 @@ import pytest
 from tests.support.postgres import PostgresError, find_bin_dir, start_postgres
 
 
-async def _who_am_i(url: str) -> tuple[str, str, str]:
+async def _who_am_i(url: str) -> tuple[str, str, str, bool]:
     conn = await asyncpg.connect(url)
     try:
-        row = await conn.fetchrow("select current_user, current_database(), current_setting('port')")
-        return row[0], row[1], row[2]
+        row = await conn.fetchrow(
+            "select current_user, current_database(), current_setting('port'), rolsuper"
+            " from pg_roles where rolname = current_user"
+        )
+        return row[0], row[1], row[2], row[3]
     finally:
         await conn.close()
 
@@ -44,7 +47,7 @@ def _postmaster_alive(data_dir: Path) -> bool:
 
 def test_cluster_serves_its_database_and_is_gone_after_the_block(tmp_path):
     with start_postgres(tmp_path, database="lensesdb", user="lenses") as pg:
-        assert asyncio.run(_who_am_i(pg.url)) == ("lenses", "lensesdb", str(pg.port))
+        assert asyncio.run(_who_am_i(pg.url)) == ("lenses", "lensesdb", str(pg.port), False)
         assert pg.asyncpg_url.startswith("postgresql+asyncpg://lenses:")
         assert asyncio.run(_login_refused(pg.url.replace(pg.password, "wrong")))
         assert _postmaster_alive(pg.data_dir)
