@@ -1,4 +1,5 @@
-"""Prefect fixtures: a real server for deployments (the in-process harness is in tests/conftest.py)."""
+"""Prefect fixtures: a real server on PostgreSQL for deployments, as docs/deploy.md runs one in production
+(the in-process SQLite harness of the flow tests is in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import httpx
 import pytest
 
 from lenses_data.simulator.simulator import free_port
+from tests.support.postgres import PostgresServer, start_postgres
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,32 +42,33 @@ def prefect_env(home: Path, api_url: str | None = None) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """A real `prefect server start` on 127.0.0.1 with its own SQLite database; yields (api_url, home)."""
+def prefect_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    """A throwaway PostgreSQL cluster for the session's Prefect server (stopped after the server)."""
+    with start_postgres(tmp_path_factory.mktemp("postgres")) as pg:
+        yield pg
+
+
+@pytest.fixture(scope="session")
+def prefect_server(
+    tmp_path_factory: pytest.TempPathFactory, prefect_postgres: PostgresServer
+) -> Iterator[tuple[str, Path]]:
+    """A real `prefect server start` on 127.0.0.1, its database on `prefect_postgres`; yields (api_url, home)."""
     home = tmp_path_factory.mktemp("prefect-server-home")
     port = free_port()
     api_url = f"http://127.0.0.1:{port}/api"
     prefect = str(Path(sys.executable).parent / "prefect")
+    env = {**prefect_env(home), "PREFECT_API_DATABASE_CONNECTION_URL": prefect_postgres.asyncpg_url}
     log = (home / "server.log").open("w")
+    started = time.monotonic()
     proc = subprocess.Popen(
         [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port), "--no-ui"],
-        env=prefect_env(home),
+        env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
     )
     try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"prefect server exited: {(home / 'server.log').read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{api_url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
-        else:
-            raise TimeoutError("prefect server did not become healthy in 180 s")
+        _wait_until_healthy(proc, api_url, home / "server.log")
+        print(f"\nprefect server on PostgreSQL healthy in {time.monotonic() - started:.1f} s")
         yield api_url, home
     finally:
         proc.terminate()
@@ -73,4 +76,21 @@ def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[s
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
+            proc.wait()
         log.close()
+
+
+def _wait_until_healthy(proc: subprocess.Popen, api_url: str, log_path: Path, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"prefect server exited: {log_path.read_text()[-3000:]}")
+        try:
+            if httpx.get(f"{api_url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise TimeoutError(
+        f"prefect server did not become healthy in {timeout:.0f} s: {log_path.read_text()[-3000:]}"
+    )

@@ -1,15 +1,18 @@
-"""Prefect as its users meet it, on a real `prefect server` with a process worker.
+"""Prefect as its users meet it, on a real `prefect server` backed by PostgreSQL with a process worker.
 
 - The README's "Deploy to a Prefect server" commands, run as written, register every deployment
   of prefect.yaml; a GPU deployment without LENSES_IMAGE is refused, never registered imageless.
 - The CI job's script (.github/workflows/regenerate-dataset.yml), run as written against the
   sample deployment, builds the dataset and exits 0; the run page holds the funnel and tables.
+- The server keeps its records in PostgreSQL (its deployments and the CI run's flow run are rows
+  there), not in a SQLite file.
 - A bad parameter: an unknown name is refused before any run exists; a missing config file fails
   the run in seconds, without retries or tracebacks, its reason in the `--watch` output.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -20,6 +23,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import asyncpg
 import pandas as pd
 import pytest
 import yaml
@@ -63,6 +67,19 @@ def ci_run_script() -> str:
     workflow = yaml.safe_load((REPO_ROOT / ".github/workflows/regenerate-dataset.yml").read_text())
     steps = workflow["jobs"]["regenerate"]["steps"]
     return next(step["run"] for step in steps if step.get("name") == "Run the deployment and wait for it")
+
+
+def _pg_fetch(url: str, query: str, *args: object) -> list[tuple]:
+    """Rows of `query` read straight from the server's PostgreSQL database, not through the API."""
+
+    async def fetch() -> list[tuple]:
+        conn = await asyncpg.connect(url)
+        try:
+            return [tuple(row) for row in await conn.fetch(query, *args)]
+        finally:
+            await conn.close()
+
+    return asyncio.run(fetch())
 
 
 def _flow_run_id(output: str) -> str:
@@ -145,7 +162,16 @@ def test_readme_commands_register_every_deployment(deployed):
 
 
 @pytest.mark.slow
-def test_ci_recipe_runs_the_sample_deployment_to_completion(server_env, worker, tmp_path):
+def test_server_keeps_its_records_in_postgresql(deployed, prefect_server, prefect_postgres):
+    on_server = {name.split("/")[1] for name in _deployments_on_server()}
+    in_postgres = {name for (name,) in _pg_fetch(prefect_postgres.url, "select name from deployment")}
+    assert in_postgres == on_server and "sample-local" in in_postgres
+    _, home = prefect_server
+    assert not list(home.rglob("*.db"))  # no SQLite database beside it
+
+
+@pytest.mark.slow
+def test_ci_recipe_runs_the_sample_deployment_to_completion(server_env, worker, prefect_postgres, tmp_path):
     from flows.reporting import funnel_key, stage_key
     from tests.flows.prefect_api import run_artifacts, run_logs
 
@@ -172,6 +198,10 @@ def test_ci_recipe_runs_the_sample_deployment_to_completion(server_env, worker, 
         flow_run = client.read_flow_run(flow_run_id)
     assert flow_run.name == "ci-run-build"
     assert flow_run.parameters["config_path"] == "configs/sample.yaml"  # kept: only run_dir was set
+    in_postgres = _pg_fetch(
+        prefect_postgres.url, "select name, state_type::text from flow_run where id = $1::uuid", flow_run_id
+    )
+    assert in_postgres == [("ci-run-build", "COMPLETED")]
     artifacts = run_artifacts(flow_run_id)
     assert funnel_key(str(run_dir)) in artifacts
     stages = [
