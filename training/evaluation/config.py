@@ -91,8 +91,38 @@ class ZeroShotSection(_Section):
         return self
 
 
+class ClipFinetuneSection(_Section):
+    """Supp. Table 9's "CLIP fine-tuned on Lenses" (training/baselines/clip_finetune.py).
+
+    The supplement gives no CLIP-specific recipe; the defaults are the fine-tuned baseline's of
+    supp. Sec. 7 (AdamW, cosine 5e-5 -> 1e-6, weight decay 0.01, grad norm 1.0, multi-positive
+    contrastive loss at tau 0.07, ~10,000 steps of 640 examples). Which weights are trained is
+    not stated: all of them here.
+    """
+
+    enabled: bool = False
+    model_name: str = "ViT-B-32"
+    model_config_path: str | None = Field(default=None, description="JSON architecture file (tiny tests)")
+    pretrained: str | None = Field(default=None, description="Local base checkpoint; None = random weights")
+    checkpoint: str | None = Field(
+        default=None, description="Fine-tuned weights of an earlier run (skips training); None = train now"
+    )
+    out_dir: str | None = Field(default=None, description="Where training writes; None = <out_dir>/clip_finetune")
+    steps: int = Field(default=10_000, ge=1)
+    images_per_batch: int = Field(default=640, ge=2, description="Images per step, each with all its captions")
+    lr: float = 5e-5
+    min_lr: float = 1e-6
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    tau: float = Field(default=0.07, gt=0)
+    seed: int = 0
+    batch_size: int = Field(default=64, description="Encoding batch size at evaluation")
+    device: str = "cpu"
+
+
 class BaselinesSection(_Section):
     open_clip: OpenClipSection = Field(default_factory=OpenClipSection)
+    clip_finetune: ClipFinetuneSection = Field(default_factory=ClipFinetuneSection)
     zero_shot: list[ZeroShotSection] = Field(default_factory=list)
     global_only_checkpoint: str | None = Field(
         default=None, description="Checkpoint of the global-only fine-tuned model (its ArtEmis row)"
@@ -202,6 +232,24 @@ class VariantSection(_Section):
         return self
 
 
+class SwapSection(_Section):
+    """One row (backbone_scaling) or block (generator_swap): the evaluated split with its image-side
+    prompts or its captions taken from another build of the dataset (docs/evaluation.md)."""
+
+    row: str = Field(description="The generator's name in the table, e.g. InternVL3.5-4B")
+    export_dir: str | None = Field(
+        default=None,
+        description="`lenses export` of a build whose models.generator.model is that generator; "
+        "None = the evaluated export itself (the rows of the main evaluation)",
+    )
+
+
+def _unique_rows(entries: list[SwapSection], key: str) -> None:
+    rows = [e.row for e in entries]
+    if len(set(rows)) < len(rows):
+        raise ValueError(f"{key}: each row at most once, got {rows}")
+
+
 class EvalConfig(_Section):
     export_dir: str = Field(default="runs/export", description="`lenses export` folder")
     split: Literal["train", "valid", "test"] = "test"
@@ -218,12 +266,20 @@ class EvalConfig(_Section):
     routing: bool = True
     imp: ImpSection | None = None
     variants: list[VariantSection] = Field(default_factory=list)
+    backbone_scaling: list[SwapSection] = Field(
+        default_factory=list, description="Main Table 6 / supp. Table 7: image-side prompts by generator"
+    )
+    generator_swap: list[SwapSection] = Field(
+        default_factory=list, description="Supp. Table 6: captions by generator"
+    )
 
     @model_validator(mode="after")
     def _unique_variants(self) -> EvalConfig:
         roles = [v.role for v in self.variants]
         if len(set(roles)) < len(roles):
             raise ValueError(f"variants: each role at most once, got {roles}")
+        _unique_rows(self.backbone_scaling, "backbone_scaling")
+        _unique_rows(self.generator_swap, "generator_swap")
         return self
 
 

@@ -167,9 +167,11 @@ def paper_tables_markdown(results: dict[str, Any]) -> list[str]:
     """Markdown sections of the papers' tables, in paper order."""
     if not results.get("systems"):
         return []
+    from training.evaluation.harness_tables import harness_tables  # imports this module
+
     return [
         "# The papers' tables",
         table2(results), table3a(results), table4(results), table5(results),
-        supp_table3(results), supp_table5(results),
+        supp_table3(results), supp_table5(results), *harness_tables(results),
         "# Every metric, by protocol",
     ]  # fmt: skip

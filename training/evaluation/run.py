@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from training.baselines.clip_finetune import clip_finetune_system
 from training.baselines.global_only import global_scores
 from training.baselines.lora_clip.metrics import figurative_metrics
 from training.evaluation.ablations import SIMILARITY_VARIANTS, similarity_ablation_scores, text_only_retrieval
@@ -34,6 +35,7 @@ from training.evaluation.metrics import protocol_free, retrieval_metrics
 from training.evaluation.paper_runs import add_paper_results, fine_tuned_scores
 from training.evaluation.routing import fallback_rates, routing_matrix
 from training.evaluation.scoring import all_lens_text_slots, label_text_slots, score_lens_slots
+from training.evaluation.swap_runs import add_harness_results
 from training.evaluation.types import EncodedSplit
 from training.evaluation.zero_shot import zero_shot_systems
 
@@ -274,11 +276,16 @@ def run_evaluation(cfg: EvalConfig) -> tuple[dict[str, Any], dict[str, Path]]:
         weights = oc.pretrained or "random weights"
         name = f"Zero-shot open_clip ({Path(oc.model_config_path).stem if oc.model_config_path else oc.model_name}, {weights})"
         extra[name] = open_clip_scores(clip_bundle, cfg, labels.image_paths, labels.captions)
+    clip_finetuned, clip_finetune_info = clip_finetune_system(cfg, labels)  # supp. Table 9
+    extra.update(clip_finetuned)
     zero_shot, unavailable = zero_shot_systems(cfg.baselines.zero_shot, labels.image_paths, labels.captions)
     extra.update(zero_shot)  # the zero-shot rows of main Table 2, by their paper names
     difficulty, imp_summary = difficulty_codes(cfg, labels) if cfg.imp is not None else (None, None)
     results = evaluate_encoded(enc, cfg, extra, difficulty)
     add_paper_results(results, cfg, labels, source, unavailable, evaluate_encoded, enc.txt_global)
+    add_harness_results(results, cfg, labels, source, evaluate_encoded)  # main Table 6, supp. Tables 6-7
+    if clip_finetune_info is not None:
+        results["meta"]["clip_finetune"] = clip_finetune_info
     if imp_summary is not None:
         results["meta"]["imp_split"] = imp_summary
     results["external"], irfl = _external(cfg, clip_bundle)
