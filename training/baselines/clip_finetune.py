@@ -72,12 +72,16 @@ def _step_loss(model, preprocess, tokenizer, records, idx: list[int], tau: float
     dev = next(model.parameters()).device
     texts = [text for i in idx for text, _ in records[i].captions]
     owner = torch.tensor([k for k, i in enumerate(idx) for _ in records[i].captions], device=dev)
-    img = F.normalize(model.encode_image(load_images([records[i].path for i in idx], preprocess).to(dev)), dim=-1)
+    img = F.normalize(
+        model.encode_image(load_images([records[i].path for i in idx], preprocess).to(dev)), dim=-1
+    )
     txt = F.normalize(model.encode_text(tokenizer(texts).to(dev)), dim=-1)
     return retrieval_loss(img @ txt.T, torch.arange(len(idx), device=dev), owner, tau)
 
 
-def train_clip_finetune(section: ClipFinetuneSection, export_dir: str, out_dir: str | Path) -> ClipFinetuneRun:
+def train_clip_finetune(
+    section: ClipFinetuneSection, export_dir: str, out_dir: str | Path
+) -> ClipFinetuneRun:
     """Fine-tune on the train split; writes out_dir/model.pt and out_dir/history.json."""
     from training.loop.data import load_records
     from training.loop.optim import build_optimizer, lr_at, set_lr
@@ -123,7 +127,11 @@ def load_finetuned(section: ClipFinetuneSection, weights: str | Path):
 
 
 def clip_finetune_scores(
-    section: ClipFinetuneSection, export_dir: str, out_dir: str | Path, image_paths: list[str], captions: list[str]
+    section: ClipFinetuneSection,
+    export_dir: str,
+    out_dir: str | Path,
+    image_paths: list[str],
+    captions: list[str],
 ) -> tuple[np.ndarray, dict]:
     """(global cosine scores [n_images, n_captions] of the fine-tuned model, how it was obtained)."""
     from training.baselines.global_only import global_scores
@@ -163,12 +171,20 @@ def supp_table9(results: dict) -> str:
 
     protocol = gallery_protocol(results)
     systems = results.get("systems", {}).get(protocol, {})
-    zero_shot = "CLIP" if "CLIP" in systems else next((n for n in systems if n.startswith("Zero-shot open_clip")), None)
+    zero_shot = (
+        "CLIP"
+        if "CLIP" in systems
+        else next((n for n in systems if n.startswith("Zero-shot open_clip")), None)
+    )
     keys = ["all/i2t/R@1", "all/i2t/R@5", "all/t2i/R@1", "all/t2i/R@5"]
     spec = [
         ("CLIP", zero_shot, "not run: baselines.zero_shot row CLIP or baselines.open_clip"),
         ("CLIP", ROW, "not run: baselines.clip_finetune.enabled is false"),
-        ("BGE-VL-MLLM", FINE_TUNED, "not run: baselines.global_only_encodings or global_only_checkpoint not set"),
+        (
+            "BGE-VL-MLLM",
+            FINE_TUNED,
+            "not run: baselines.global_only_encodings or global_only_checkpoint not set",
+        ),
         ("Lenses - All", MAIN, ""),
     ]
     rows = [["*Zero-shot*", *("" for _ in keys), ""]]

@@ -56,7 +56,9 @@ def write_generator_variant(
         if name not in parts:
             shutil.copyfile(base / f"{name}.parquet", out / f"{name}.parquet")
             continue
-        rows = [r for i in images.itertuples() for r in _rows(kind, str(i.image_id), str(i.split), model, seed)]
+        rows = [
+            r for i in images.itertuples() for r in _rows(kind, str(i.image_id), str(i.split), model, seed)
+        ]
         df = pd.DataFrame(rows)
         df["split"] = pd.Categorical(df["split"], categories=list(SPLIT_NAMES))
         df["lens"] = pd.Categorical(df["lens"], categories=list(LENS_NAMES))

@@ -70,7 +70,11 @@ def supp_table7(results: dict) -> str:
         return f"{title}\n\n{NOT_RUN}."
     lenses = LENS_COLS[:-1]  # the five lenses; the table has no All column
     keys = [f"{k}/{d}/R@{r}" for _, k in lenses for d in ("i2t", "t2i") for r in (1, 5)]
-    header = ["Backbone", *(f"{t} {d} R@{r}" for t, _ in lenses for d in ("I→T", "T→I") for r in (1, 5)), "Note"]
+    header = [
+        "Backbone",
+        *(f"{t} {d} R@{r}" for t, _ in lenses for d in ("I→T", "T→I") for r in (1, 5)),
+        "Note",
+    ]
     baseline = results.get("systems", {}).get(protocol, {}).get(FINE_TUNED)
     note = "" if baseline else "not run: baselines.global_only_encodings or global_only_checkpoint not set"
     rows = [table_row("BGE-VL-MLLM (fine-tuned, no prompts)", baseline, keys, note, 1)]

@@ -107,9 +107,13 @@ class ClipFinetuneSection(_Section):
     checkpoint: str | None = Field(
         default=None, description="Fine-tuned weights of an earlier run (skips training); None = train now"
     )
-    out_dir: str | None = Field(default=None, description="Where training writes; None = <out_dir>/clip_finetune")
+    out_dir: str | None = Field(
+        default=None, description="Where training writes; None = <out_dir>/clip_finetune"
+    )
     steps: int = Field(default=10_000, ge=1)
-    images_per_batch: int = Field(default=640, ge=2, description="Images per step, each with all its captions")
+    images_per_batch: int = Field(
+        default=640, ge=2, description="Images per step, each with all its captions"
+    )
     lr: float = 5e-5
     min_lr: float = 1e-6
     weight_decay: float = 0.01

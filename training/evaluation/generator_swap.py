@@ -46,7 +46,11 @@ def supp_table6(results: dict) -> str:
     if not swap:
         return f"{title}\n\n{NOT_RUN}."
     keys = [f"{k}/{d}/R@{r}" for _, k in LENS_COLS for d in ("i2t", "t2i") for r in (1, 5)]
-    header = ["Model", *(f"{t} {d} R@{r}" for t, _ in LENS_COLS for d in ("I→T", "T→I") for r in (1, 5)), "Note"]
+    header = [
+        "Model",
+        *(f"{t} {d} R@{r}" for t, _ in LENS_COLS for d in ("I→T", "T→I") for r in (1, 5)),
+        "Note",
+    ]
     rows = []
     for block in [*swap["rows"], *(b for b in swap["unavailable"] if b != FINE_TUNED)]:
         rows.append([f"*{block} (captions)*", *("" for _ in keys), ""])

@@ -20,9 +20,7 @@ from training.evaluation.types import SplitLabels
 
 log = logging.getLogger(__name__)
 
-NO_GLOBAL_CHECKPOINT = (
-    "baselines.global_only_checkpoint not set (encodings of the evaluated captions cannot score other captions)"
-)
+NO_GLOBAL_CHECKPOINT = "baselines.global_only_checkpoint not set (encodings of the evaluated captions cannot score other captions)"
 
 
 def slim_config(cfg: EvalConfig) -> EvalConfig:

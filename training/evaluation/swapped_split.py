@@ -28,7 +28,9 @@ def _rows_in_base(base: SplitLabels, other: SplitLabels, other_rows: np.ndarray)
     return mapping[np.asarray(other_rows, dtype=np.int64)] if len(other_rows) else np.zeros(0, np.int64)
 
 
-def _coverage(base: SplitLabels, other: SplitLabels, kept: np.ndarray, texts_of: np.ndarray) -> dict[str, int]:
+def _coverage(
+    base: SplitLabels, other: SplitLabels, kept: np.ndarray, texts_of: np.ndarray
+) -> dict[str, int]:
     with_texts = set(np.unique(texts_of[kept]).tolist())
     return {
         "n_base_images": len(base.image_ids),
@@ -72,7 +74,9 @@ def _swap_prompts(base: SplitLabels, other: SplitLabels) -> tuple[SplitLabels, d
     return swapped, _coverage(base, other, kept, rows)
 
 
-def swap_texts(base: SplitLabels, other: SplitLabels, part: SwappedPart) -> tuple[SplitLabels, dict[str, int]]:
+def swap_texts(
+    base: SplitLabels, other: SplitLabels, part: SwappedPart
+) -> tuple[SplitLabels, dict[str, int]]:
     """(base split with `part` taken from the other build, coverage counts).
 
     Images (and the other kind of text) stay the base build's. Swapped captions of images the
