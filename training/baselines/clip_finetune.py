@@ -103,7 +103,7 @@ def train_clip_finetune(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), section.grad_clip)
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
         log.info("CLIP fine-tune step %d/%d: loss %.4f", step + 1, section.steps, losses[-1])
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
