@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from training.evaluation.config import ClipFinetuneSection
+from training.baselines.clip_finetune_config import ClipFinetuneSection
 
 log = logging.getLogger(__name__)
 ROW = "CLIP (fine-tuned on Lenses)"
@@ -161,38 +161,3 @@ def clip_finetune_system(cfg, labels) -> tuple[dict[str, np.ndarray], dict | Non
     out_dir = section.out_dir or str(Path(cfg.out_dir) / "clip_finetune")
     scores, info = clip_finetune_scores(section, cfg.export_dir, out_dir, labels.image_paths, labels.captions)
     return {ROW: scores}, info
-
-
-def supp_table9(results: dict) -> str:
-    """Supp. Table 9: all-caption R@1/R@5, zero-shot CLIP and the models fine-tuned on Lenses."""
-    from training.evaluation.backbone_scaling import gallery_protocol, table_row
-    from training.evaluation.markdown import table
-    from training.evaluation.paper_tables import FINE_TUNED, MAIN
-
-    protocol = gallery_protocol(results)
-    systems = results.get("systems", {}).get(protocol, {})
-    zero_shot = (
-        "CLIP"
-        if "CLIP" in systems
-        else next((n for n in systems if n.startswith("Zero-shot open_clip")), None)
-    )
-    keys = ["all/i2t/R@1", "all/i2t/R@5", "all/t2i/R@1", "all/t2i/R@5"]
-    spec = [
-        ("CLIP", zero_shot, "not run: baselines.zero_shot row CLIP or baselines.open_clip"),
-        ("CLIP", ROW, "not run: baselines.clip_finetune.enabled is false"),
-        (
-            "BGE-VL-MLLM",
-            FINE_TUNED,
-            "not run: baselines.global_only_encodings or global_only_checkpoint not set",
-        ),
-        ("Lenses - All", MAIN, ""),
-    ]
-    rows = [["*Zero-shot*", *("" for _ in keys), ""]]
-    for i, (label, name, missing) in enumerate(spec):
-        if i == 1:
-            rows.append(["*Fine-tuned on Lenses dataset*", *("" for _ in keys), ""])
-        metrics = systems.get(name) if name else None
-        note = (name if i == 0 and metrics else "") if metrics else missing
-        rows.append(table_row(label, metrics, keys, note))
-    header = ["Model", "I→T R@1", "I→T R@5", "T→I R@1", "T→I R@5", "Note"]
-    return f"## Supp. Table 9, architecture vs. data — R@K (%), `{protocol}`\n\n{table(header, rows)}"

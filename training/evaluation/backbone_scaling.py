@@ -14,20 +14,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from lenses_data.schemas import LENS_KEYS, LENS_NAMES
 from training.evaluation.config import EvalConfig
 from training.evaluation.markdown import fmt, table
-from training.evaluation.paper_tables import FINE_TUNED, LENS_COLS, MAIN
+from training.evaluation.swap_runs import FINE_TUNED, MAIN, swap_results
 from training.evaluation.types import SplitLabels
 
 NOT_RUN = "not run: no `backbone_scaling` entries in the evaluation config"
+LENS_COLS = (*zip(LENS_NAMES, LENS_KEYS, strict=True), ("All", "all"))  # (title, metrics key)
 
 
 def backbone_scaling_results(
     cfg: EvalConfig, labels: SplitLabels, results: dict[str, Any], source: dict, evaluate: Callable
 ) -> dict[str, Any]:
     """The frozen lens model on the evaluated split with each configured build's prompts."""
-    from training.evaluation.swap_runs import swap_results
-
     return swap_results(cfg, labels, results, source, evaluate, cfg.backbone_scaling, "prompts", False)
 
 

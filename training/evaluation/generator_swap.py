@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from training.evaluation.backbone_scaling import gallery_protocol, table_row
+from training.evaluation.backbone_scaling import LENS_COLS, gallery_protocol, table_row
 from training.evaluation.config import EvalConfig
 from training.evaluation.markdown import table
-from training.evaluation.paper_tables import FINE_TUNED, LENS_COLS, MAIN
+from training.evaluation.swap_runs import FINE_TUNED, MAIN, swap_results
 from training.evaluation.types import SplitLabels
 
 NOT_RUN = "not run: no `generator_swap` entries in the evaluation config"
@@ -27,8 +27,6 @@ def generator_swap_results(
     cfg: EvalConfig, labels: SplitLabels, results: dict[str, Any], source: dict, evaluate: Callable
 ) -> dict[str, Any]:
     """The frozen lens model and global-only baseline with each configured build's captions."""
-    from training.evaluation.swap_runs import swap_results
-
     return swap_results(cfg, labels, results, source, evaluate, cfg.generator_swap, "captions", True)
 
 

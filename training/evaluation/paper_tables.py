@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from training.evaluation.harnesses import harness_tables
 from training.evaluation.markdown import fmt as _fmt
 from training.evaluation.markdown import table as _table
 
@@ -167,8 +168,6 @@ def paper_tables_markdown(results: dict[str, Any]) -> list[str]:
     """Markdown sections of the papers' tables, in paper order."""
     if not results.get("systems"):
         return []
-    from training.evaluation.harness_tables import harness_tables  # imports this module
-
     return [
         "# The papers' tables",
         table2(results), table3a(results), table4(results), table5(results),

@@ -21,6 +21,7 @@ from training.baselines.global_only import global_scores
 from training.baselines.lora_clip.metrics import figurative_metrics
 from training.evaluation.ablations import SIMILARITY_VARIANTS, similarity_ablation_scores, text_only_retrieval
 from training.evaluation.config import EvalConfig
+from training.evaluation.harnesses import add_harness_results
 from training.evaluation.imp_metrics import imp_metrics
 from training.evaluation.imp_split import difficulty_codes
 from training.evaluation.inputs import (
@@ -35,7 +36,6 @@ from training.evaluation.metrics import protocol_free, retrieval_metrics
 from training.evaluation.paper_runs import add_paper_results, fine_tuned_scores
 from training.evaluation.routing import fallback_rates, routing_matrix
 from training.evaluation.scoring import all_lens_text_slots, label_text_slots, score_lens_slots
-from training.evaluation.swap_runs import add_harness_results
 from training.evaluation.types import EncodedSplit
 from training.evaluation.zero_shot import zero_shot_systems
 

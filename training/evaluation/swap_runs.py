@@ -14,11 +14,15 @@ from collections.abc import Callable
 from typing import Any
 
 from training.evaluation.config import EvalConfig, SwapSection
-from training.evaluation.paper_tables import FINE_TUNED, MAIN
 from training.evaluation.swapped_split import SwappedPart, swap_texts
 from training.evaluation.types import SplitLabels
 
 log = logging.getLogger(__name__)
+
+# The system names of training.evaluation.run (MAIN_SYSTEM and the global-only row); run imports
+# this module, so they are repeated here as paper_tables repeats them.
+MAIN = "Lenses (lens-masked + global)"
+FINE_TUNED = "Global-only fine-tuned"
 
 NO_GLOBAL_CHECKPOINT = "baselines.global_only_checkpoint not set (encodings of the evaluated captions cannot score other captions)"
 
@@ -111,16 +115,3 @@ def swap_results(
     if with_global and not cfg.baselines.global_only_checkpoint:
         out["unavailable"][FINE_TUNED] = NO_GLOBAL_CHECKPOINT
     return out
-
-
-def add_harness_results(
-    results: dict[str, Any], cfg: EvalConfig, labels: SplitLabels, source: dict, evaluate: Callable
-) -> None:
-    """Adds `backbone_scaling` and `generator_swap` when the config lists builds for them."""
-    from training.evaluation.backbone_scaling import backbone_scaling_results
-    from training.evaluation.generator_swap import generator_swap_results
-
-    if cfg.backbone_scaling:
-        results["backbone_scaling"] = backbone_scaling_results(cfg, labels, results, source, evaluate)
-    if cfg.generator_swap:
-        results["generator_swap"] = generator_swap_results(cfg, labels, results, source, evaluate)

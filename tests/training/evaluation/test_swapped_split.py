@@ -80,7 +80,7 @@ def test_swap_errors():
 
 
 def test_harness_tables_say_what_to_configure_when_not_run():
-    from training.evaluation.harness_tables import harness_tables
+    from training.evaluation.harnesses import harness_tables
 
     main = {"all/i2t/R@1": 12.5, "macro/i2t/R@1": 7.0}
     tables = "\n".join(harness_tables({"systems": {"lens_gallery": {"Lenses (lens-masked + global)": main}}}))
