@@ -22,14 +22,19 @@ TINY_JSON = Path(__file__).resolve().parents[3] / "training" / "configs" / "eval
 FINE_TUNED = "Global-only fine-tuned"
 
 
-def _n_test(export: Path, table: str) -> int:
+# The synthetic test split has 2 images: R@K too coarse to tell the generators' rows apart.
+SPLIT = "train"
+
+
+def _n_split(export: Path, table: str) -> int:
     df = pd.read_parquet(export / f"{table}.parquet")
-    return int((df["split"].astype(str) == "test").sum())
+    return int((df["split"].astype(str) == SPLIT).sum())
 
 
 def _eval_config(tiny_export, main_ckpt, global_ckpt, v4b, qwen) -> dict:
     return {
         "export_dir": str(tiny_export),
+        "split": SPLIT,
         "checkpoint": main_ckpt,
         "baselines": {
             "global_only_checkpoint": global_ckpt,
@@ -79,9 +84,10 @@ def test_harness_tables_through_lenses_evaluate(tiny_config, tiny_export, tmp_pa
     )
     cov = scaling["coverage"]["InternVL3.5-4B"]
     assert (
-        cov["n_swapped_texts"] == _n_test(v4b, "prompts") and cov["n_base_images_without_swapped_texts"] == 0
+        cov["n_swapped_texts"] == _n_split(v4b, "prompts") and cov["n_base_images_without_swapped_texts"] == 0
     )
     four_b = scaling["rows"]["InternVL3.5-4B"][MAIN_SYSTEM]["lens_gallery"]
+    assert four_b != data["systems"]["lens_gallery"][MAIN_SYSTEM]  # other prompts, other numbers
     row = _cells(_line(report.split("## Main Table 6")[1], "| InternVL3.5-4B |"))
     assert row[1:7] == [f"{four_b[f'macro/{d}/R@{k}']:.2f}" for d in ("i2t", "t2i") for k in (1, 5, 10)]
     bge = _cells(_line(report.split("## Supp. Table 7")[1], "| BGE-VL-MLLM (fine-tuned, no prompts) |"))
@@ -89,13 +95,14 @@ def test_harness_tables_through_lenses_evaluate(tiny_config, tiny_export, tmp_pa
 
     # Generator swap: both frozen models on the Qwen captions; the global row checked independently.
     swap = data["generator_swap"]
-    assert swap["coverage"]["Qwen3VL-30B-A3B"]["n_swapped_texts"] == _n_test(qwen, "captions")
+    assert swap["coverage"]["Qwen3VL-30B-A3B"]["n_swapped_texts"] == _n_split(qwen, "captions")
     assert swap["unavailable"] == {}
     _assert_global_row_is_the_global_model_on_swapped_captions(swap, global_ckpt, tiny_export, qwen)
     block = report.split("## Supp. Table 6")[1].split("*Qwen3VL-30B-A3B (captions)*")[1]
     lens_row = _cells(_line(block, "| Lenses |"))
     qwen_main = swap["rows"]["Qwen3VL-30B-A3B"][MAIN_SYSTEM]["lens_gallery"]
     assert lens_row[-3] == f"{qwen_main['all/t2i/R@1']:.2f}"
+    assert qwen_main != swap["rows"]["InternVL3.5-38B"][MAIN_SYSTEM]["lens_gallery"]
 
     # Supp. Table 9: CLIP fine-tuned here (3 steps), zero-shot tiny open_clip, the two fine-tuned BGE rows.
     assert data["meta"]["clip_finetune"]["trained_here"] and data["meta"]["clip_finetune"]["steps"] == 3
@@ -112,7 +119,7 @@ def _assert_global_row_is_the_global_model_on_swapped_captions(swap, global_ckpt
     from training.evaluation.metrics import retrieval_metrics
     from training.evaluation.paper_runs import fine_tuned_scores
 
-    labels, other = split_labels(str(base), "test"), split_labels(str(qwen), "test")
+    labels, other = split_labels(str(base), SPLIT), split_labels(str(qwen), SPLIT)
     assert set(other.image_ids) == set(labels.image_ids)  # same images, so every Qwen caption is used
     sim = fine_tuned_scores(global_ckpt, other)  # scored on the Qwen export's own labels: same pairs
     expected = retrieval_metrics(sim, other.caption_image, other.caption_lens, protocol="lens_gallery")
