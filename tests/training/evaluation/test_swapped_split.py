@@ -88,3 +88,31 @@ def test_harness_tables_say_what_to_configure_when_not_run():
     assert "not run: no `generator_swap` entries" in tables
     assert "not run: baselines.clip_finetune.enabled is false" in tables
     assert "| Lenses - All | 12.50 | - | - | - |  |" in tables
+
+
+def test_swapped_rows_are_unavailable_without_a_model_to_encode_with():
+    """Only encodings of the lens model (no checkpoint): other builds' texts cannot be encoded."""
+    from training.evaluation.harnesses import harness_tables
+    from training.evaluation.swap_runs import FINE_TUNED, MAIN, swap_results
+
+    main = {"macro/i2t/R@1": 40.0, "literal/i2t/R@1": 30.0, "all/t2i/R@5": 70.0}
+    results = {"systems": {"lens_gallery": {MAIN: main}}}
+    cfg = EvalConfig(
+        encodings_dir="enc",
+        backbone_scaling=[{"row": "InternVL3.5-4B", "export_dir": "b4"}, {"row": "InternVL3.5-38B"}],
+        generator_swap=[{"row": "Qwen3VL-30B-A3B", "export_dir": "q"}],
+    )
+    source = {"encodings_dir": "enc", "checkpoint": None}
+    evaluate = None  # never called: nothing can be encoded
+    scaling = swap_results(cfg, BASE, results, source, evaluate, cfg.backbone_scaling, "prompts", False)
+    assert scaling["rows"] == {"InternVL3.5-38B": {MAIN: {"lens_gallery": main}}}
+    assert "set checkpoint to encode new inputs" in scaling["unavailable"]["InternVL3.5-4B"]
+    swap = swap_results(cfg, BASE, results, source, evaluate, cfg.generator_swap, "captions", True)
+    assert set(swap["unavailable"]) == {"Qwen3VL-30B-A3B", FINE_TUNED}
+    tables = "\n".join(harness_tables({**results, "backbone_scaling": scaling, "generator_swap": swap}))
+    assert "| InternVL3.5-38B | 40.00 |" in tables  # main Table 6 row from the main evaluation
+    four_b = [line for line in tables.splitlines() if line.startswith("| InternVL3.5-4B |")]
+    assert len(four_b) == 2 and all(
+        "unavailable: the lens model was read from encodings_dir" in x for x in four_b
+    )
+    assert "*Qwen3VL-30B-A3B (captions)*" in tables
