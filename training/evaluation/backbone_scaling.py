@@ -56,7 +56,7 @@ def main_table6(results: dict) -> str:
     keys = [f"macro/{d}/R@{k}" for d in ("i2t", "t2i") for k in (1, 5, 10)]
     header = ["Prompt generator", *(f"{t} R@{k}" for t in ("I→T", "T→I") for k in (1, 5, 10)), "Note"]
     rows = []
-    for row in [*scaling["rows"], *scaling["unavailable"]]:
+    for row in scaling["order"]:
         metrics, note = _lens_row(scaling, row, protocol)
         rows.append(table_row(row, metrics, keys, note))
     return f"{title}\n\n{table(header, rows)}"
@@ -78,7 +78,7 @@ def supp_table7(results: dict) -> str:
     baseline = results.get("systems", {}).get(protocol, {}).get(FINE_TUNED)
     note = "" if baseline else "not run: baselines.global_only_encodings or global_only_checkpoint not set"
     rows = [table_row("BGE-VL-MLLM (fine-tuned, no prompts)", baseline, keys, note, 1)]
-    for row in [*scaling["rows"], *scaling["unavailable"]]:
+    for row in scaling["order"]:
         metrics, note = _lens_row(scaling, row, protocol)
         rows.append(table_row(row, metrics, keys, note, 1))
     return f"{title}\n\n{table(header, rows)}"

@@ -50,7 +50,7 @@ def supp_table6(results: dict) -> str:
         "Note",
     ]
     rows = []
-    for block in [*swap["rows"], *(b for b in swap["unavailable"] if b != FINE_TUNED)]:
+    for block in swap["order"]:
         rows.append([f"*{block} (captions)*", *("" for _ in keys), ""])
         for label, system in ROWS:
             metrics = swap["rows"].get(block, {}).get(system, {}).get(protocol)

@@ -91,7 +91,8 @@ def swap_results(
     part: SwappedPart,
     with_global: bool,
 ) -> dict[str, Any]:
-    """{"part", "rows": {row: {system: {protocol: metrics}}}, "coverage", "unavailable"}.
+    """{"part", "order" (the config's rows), "rows": {row: {system: {protocol: metrics}}}, "coverage",
+    "unavailable": {row or system: reason}}.
 
     An entry without export_dir is the evaluated export: its rows are the main evaluation's.
     with_global: also re-score the global-only baseline (needs its checkpoint; else a reason).
@@ -99,7 +100,8 @@ def swap_results(
     from training.evaluation.inputs import split_labels
 
     models = _Models(cfg, source, with_global)
-    out: dict[str, Any] = {"part": part, "rows": {}, "coverage": {}, "unavailable": {}}
+    out: dict[str, Any] = {"part": part, "order": [e.row for e in entries], "rows": {}, "coverage": {}}
+    out["unavailable"] = {}
     for e in entries:
         if e.export_dir is None:
             out["rows"][e.row] = _per_system(results["systems"])

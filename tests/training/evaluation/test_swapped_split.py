@@ -116,3 +116,4 @@ def test_swapped_rows_are_unavailable_without_a_model_to_encode_with():
         "unavailable: the lens model was read from encodings_dir" in x for x in four_b
     )
     assert "*Qwen3VL-30B-A3B (captions)*" in tables
+    assert tables.index("| InternVL3.5-4B |") < tables.index("| InternVL3.5-38B |")  # the config's order
