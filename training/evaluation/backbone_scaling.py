@@ -17,7 +17,7 @@ from typing import Any
 from lenses_data.schemas import LENS_KEYS, LENS_NAMES
 from training.evaluation.config import EvalConfig
 from training.evaluation.markdown import fmt, table
-from training.evaluation.swap_runs import FINE_TUNED, MAIN, swap_results
+from training.evaluation.swap_runs import FINE_TUNED, MAIN, SwapModels, swap_results
 from training.evaluation.types import SplitLabels
 
 NOT_RUN = "not run: no `backbone_scaling` entries in the evaluation config"
@@ -25,10 +25,17 @@ LENS_COLS = (*zip(LENS_NAMES, LENS_KEYS, strict=True), ("All", "all"))  # (title
 
 
 def backbone_scaling_results(
-    cfg: EvalConfig, labels: SplitLabels, results: dict[str, Any], source: dict, evaluate: Callable
+    cfg: EvalConfig,
+    labels: SplitLabels,
+    results: dict[str, Any],
+    source: dict,
+    evaluate: Callable,
+    models: SwapModels | None = None,
 ) -> dict[str, Any]:
     """The frozen lens model on the evaluated split with each configured build's prompts."""
-    return swap_results(cfg, labels, results, source, evaluate, cfg.backbone_scaling, "prompts", False)
+    return swap_results(
+        cfg, labels, results, source, evaluate, cfg.backbone_scaling, "prompts", False, models
+    )
 
 
 def gallery_protocol(results: dict) -> str | None:

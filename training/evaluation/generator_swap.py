@@ -16,7 +16,7 @@ from typing import Any
 from training.evaluation.backbone_scaling import LENS_COLS, gallery_protocol, table_row
 from training.evaluation.config import EvalConfig
 from training.evaluation.markdown import table
-from training.evaluation.swap_runs import FINE_TUNED, MAIN, swap_results
+from training.evaluation.swap_runs import FINE_TUNED, MAIN, SwapModels, swap_results
 from training.evaluation.types import SplitLabels
 
 NOT_RUN = "not run: no `generator_swap` entries in the evaluation config"
@@ -24,10 +24,15 @@ ROWS = (("BGE-VL-MLLM", FINE_TUNED), ("Lenses", MAIN))
 
 
 def generator_swap_results(
-    cfg: EvalConfig, labels: SplitLabels, results: dict[str, Any], source: dict, evaluate: Callable
+    cfg: EvalConfig,
+    labels: SplitLabels,
+    results: dict[str, Any],
+    source: dict,
+    evaluate: Callable,
+    models: SwapModels | None = None,
 ) -> dict[str, Any]:
     """The frozen lens model and global-only baseline with each configured build's captions."""
-    return swap_results(cfg, labels, results, source, evaluate, cfg.generator_swap, "captions", True)
+    return swap_results(cfg, labels, results, source, evaluate, cfg.generator_swap, "captions", True, models)
 
 
 def _note(swap: dict, block: str, system: str, metrics: dict | None) -> str:

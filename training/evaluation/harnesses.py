@@ -18,7 +18,7 @@ from training.evaluation.backbone_scaling import (
 from training.evaluation.config import EvalConfig
 from training.evaluation.generator_swap import generator_swap_results, supp_table6
 from training.evaluation.markdown import table
-from training.evaluation.swap_runs import FINE_TUNED, MAIN
+from training.evaluation.swap_runs import FINE_TUNED, MAIN, SwapModels
 from training.evaluation.types import SplitLabels
 
 
@@ -26,10 +26,11 @@ def add_harness_results(
     results: dict[str, Any], cfg: EvalConfig, labels: SplitLabels, source: dict, evaluate: Callable
 ) -> None:
     """Adds `backbone_scaling` and `generator_swap` when the config lists builds for them."""
+    models = SwapModels(cfg, source)  # loads nothing until a swapped split needs it
     if cfg.backbone_scaling:
-        results["backbone_scaling"] = backbone_scaling_results(cfg, labels, results, source, evaluate)
+        results["backbone_scaling"] = backbone_scaling_results(cfg, labels, results, source, evaluate, models)
     if cfg.generator_swap:
-        results["generator_swap"] = generator_swap_results(cfg, labels, results, source, evaluate)
+        results["generator_swap"] = generator_swap_results(cfg, labels, results, source, evaluate, models)
 
 
 def harness_tables(results: dict) -> list[str]:

@@ -43,14 +43,15 @@ def _per_system(systems: dict[str, dict[str, dict]]) -> dict[str, dict[str, dict
     return out
 
 
-class _Models:
-    """The main evaluation's lens model and (optionally) the global-only baseline, loaded on first use."""
+class SwapModels:
+    """The main evaluation's lens model and the global-only baseline, each loaded on first use
+    (one instance serves both harnesses of a run)."""
 
-    def __init__(self, cfg: EvalConfig, source: dict, with_global: bool) -> None:
+    def __init__(self, cfg: EvalConfig, source: dict) -> None:
         from training.evaluation.paper_runs import lens_model_loader
 
         self._lens_loader, self.lens_reason = lens_model_loader(cfg, source)
-        self._global_ckpt = cfg.baselines.global_only_checkpoint if with_global else None
+        self._global_ckpt = cfg.baselines.global_only_checkpoint
         self._lens = self._global = None
 
     @property
@@ -69,14 +70,14 @@ class _Models:
 
 
 def _score_swapped(
-    swapped: SplitLabels, models: _Models, cfg: EvalConfig, evaluate: Callable
+    swapped: SplitLabels, models: SwapModels, cfg: EvalConfig, evaluate: Callable, with_global: bool
 ) -> dict[str, dict[str, dict]]:
     from training.evaluation.inputs import encode_in_process
     from training.evaluation.zero_shot import global_mode_scores
 
     enc = encode_in_process(*models.lens, swapped)
     extra = {}
-    if models.global_only is not None:
+    if with_global and models.global_only is not None:
         extra[FINE_TUNED] = global_mode_scores(*models.global_only, swapped.image_paths, swapped.captions)
     return _per_system(evaluate(enc, slim_config(cfg), extra, None)["systems"])
 
@@ -90,16 +91,18 @@ def swap_results(
     entries: list[SwapSection],
     part: SwappedPart,
     with_global: bool,
+    models: SwapModels | None = None,
 ) -> dict[str, Any]:
     """{"part", "order" (the config's rows), "rows": {row: {system: {protocol: metrics}}}, "coverage",
     "unavailable": {row or system: reason}}.
 
     An entry without export_dir is the evaluated export: its rows are the main evaluation's.
     with_global: also re-score the global-only baseline (needs its checkpoint; else a reason).
+    models: loaded models to reuse; None = load on first use here.
     """
     from training.evaluation.inputs import split_labels
 
-    models = _Models(cfg, source, with_global)
+    models = models or SwapModels(cfg, source)
     out: dict[str, Any] = {"part": part, "order": [e.row for e in entries], "rows": {}, "coverage": {}}
     out["unavailable"] = {}
     for e in entries:
@@ -111,7 +114,7 @@ def swap_results(
             out["unavailable"][e.row] = models.lens_reason
             continue
         swapped, coverage = swap_texts(labels, split_labels(e.export_dir, cfg.split), part)
-        out["rows"][e.row] = _score_swapped(swapped, models, cfg, evaluate)
+        out["rows"][e.row] = _score_swapped(swapped, models, cfg, evaluate, with_global)
         out["coverage"][e.row] = {"source": e.export_dir, **coverage}
         log.info("%s: %s of %s scored (%s)", part, e.row, e.export_dir, coverage)
     if with_global and not cfg.baselines.global_only_checkpoint:
