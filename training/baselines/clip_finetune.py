@@ -150,14 +150,15 @@ def clip_finetune_scores(
     return global_scores(img, txt), info
 
 
-def clip_finetune_system(cfg, labels) -> tuple[dict[str, np.ndarray], dict | None]:
-    """({ROW: scores} on the evaluated split, run info) when baselines.clip_finetune is enabled, else ({}, None).
+def clip_finetune_system(cfg, labels) -> tuple[dict[str, np.ndarray], dict]:
+    """({ROW: scores} on the evaluated split, {"clip_finetune": run info} for the results' meta) when
+    baselines.clip_finetune is enabled, else ({}, {}).
 
     cfg: the EvalConfig; labels: its split (training.evaluation.types.SplitLabels).
     """
     section = cfg.baselines.clip_finetune
     if not section.enabled:
-        return {}, None
+        return {}, {}
     out_dir = section.out_dir or str(Path(cfg.out_dir) / "clip_finetune")
     scores, info = clip_finetune_scores(section, cfg.export_dir, out_dir, labels.image_paths, labels.captions)
-    return {ROW: scores}, info
+    return {ROW: scores}, {"clip_finetune": info}

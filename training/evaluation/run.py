@@ -16,12 +16,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from training.baselines.clip_finetune import clip_finetune_system
 from training.baselines.global_only import global_scores
 from training.baselines.lora_clip.metrics import figurative_metrics
 from training.evaluation.ablations import SIMILARITY_VARIANTS, similarity_ablation_scores, text_only_retrieval
 from training.evaluation.config import EvalConfig
-from training.evaluation.harnesses import add_harness_results
+from training.evaluation.harnesses import add_harness_results, harness_systems
 from training.evaluation.imp_metrics import imp_metrics
 from training.evaluation.imp_split import difficulty_codes
 from training.evaluation.inputs import (
@@ -31,6 +30,7 @@ from training.evaluation.inputs import (
     open_clip_scores,
     split_labels,
 )
+from training.evaluation.karpathy import karpathy_benchmarks
 from training.evaluation.lens_slot import lens_slot_metrics
 from training.evaluation.metrics import protocol_free, retrieval_metrics
 from training.evaluation.paper_runs import add_paper_results, fine_tuned_scores
@@ -269,28 +269,31 @@ def run_evaluation(cfg: EvalConfig) -> tuple[dict[str, Any], dict[str, Path]]:
         extra["Global-only fine-tuned"] = global_only_scores(cfg.baselines.global_only_encodings, labels)
     elif cfg.baselines.global_only_checkpoint:  # encoded here from the checkpoint instead
         extra["Global-only fine-tuned"] = fine_tuned_scores(cfg.baselines.global_only_checkpoint, labels)
-    clip_bundle = None
+    clip_bundle, open_clip_entry = None, None
     if cfg.baselines.open_clip.enabled:
         clip_bundle = open_clip_model(cfg)
         oc = cfg.baselines.open_clip
         weights = oc.pretrained or "random weights"
         name = f"Zero-shot open_clip ({Path(oc.model_config_path).stem if oc.model_config_path else oc.model_name}, {weights})"
         extra[name] = open_clip_scores(clip_bundle, cfg, labels.image_paths, labels.captions)
-    clip_finetuned, clip_finetune_info = clip_finetune_system(cfg, labels)  # supp. Table 9
-    extra.update(clip_finetuned)
+        open_clip_entry = (name, clip_bundle)
+    clip_systems, clip_meta = harness_systems(cfg, labels)  # supp. Table 9's fine-tuned CLIP
+    extra.update(clip_systems)
     zero_shot, unavailable = zero_shot_systems(cfg.baselines.zero_shot, labels.image_paths, labels.captions)
     extra.update(zero_shot)  # the zero-shot rows of main Table 2, by their paper names
     difficulty, imp_summary = difficulty_codes(cfg, labels) if cfg.imp is not None else (None, None)
     results = evaluate_encoded(enc, cfg, extra, difficulty)
     add_paper_results(results, cfg, labels, source, unavailable, evaluate_encoded, enc.txt_global)
     add_harness_results(results, cfg, labels, source, evaluate_encoded)  # main Table 6, supp. Tables 6-7
-    if clip_finetune_info is not None:
-        results["meta"]["clip_finetune"] = clip_finetune_info
+    results["meta"].update(clip_meta)
     if imp_summary is not None:
         results["meta"]["imp_split"] = imp_summary
     results["external"], irfl = _external(cfg, clip_bundle)
     if irfl is not None:
         results["irfl"] = irfl
+    results.update(karpathy_benchmarks(cfg, source, open_clip_entry))  # supp. Tables 1-2
+    if open_clip_entry is not None:  # the paper row (CLIP or OpenCLIP) it fills in main Tables 2, 5
+        results["open_clip_row"] = {"row": cfg.baselines.open_clip.row, "system": open_clip_entry[0]}
     results["meta"]["lens_model"] = source
     results["meta"]["config"] = cfg.model_dump(mode="json")
     paths = write_outputs(results, cfg.out_dir)

@@ -38,7 +38,7 @@ def _eval_config(tiny_export, main_ckpt, global_ckpt, v4b, qwen) -> dict:
         "checkpoint": main_ckpt,
         "baselines": {
             "global_only_checkpoint": global_ckpt,
-            "open_clip": {"enabled": True, "model_config_path": str(TINY_JSON)},
+            "open_clip": {"enabled": True, "model_config_path": str(TINY_JSON), "row": "CLIP"},
             "clip_finetune": {
                 "enabled": True,
                 "model_config_path": str(TINY_JSON),
