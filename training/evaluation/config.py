@@ -9,6 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lenses_data.config import deep_merge
+from training.baselines.clip_finetune_config import ClipFinetuneSection
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"  # training/configs
 
@@ -98,6 +99,7 @@ class ZeroShotSection(_Section):
 
 class BaselinesSection(_Section):
     open_clip: OpenClipSection = Field(default_factory=OpenClipSection)
+    clip_finetune: ClipFinetuneSection = Field(default_factory=ClipFinetuneSection)
     zero_shot: list[ZeroShotSection] = Field(default_factory=list)
     global_only_checkpoint: str | None = Field(
         default=None, description="Checkpoint of the global-only fine-tuned model (its ArtEmis row)"
@@ -226,6 +228,24 @@ class VariantSection(_Section):
         return self
 
 
+class SwapSection(_Section):
+    """One row (backbone_scaling) or block (generator_swap): the evaluated split with its image-side
+    prompts or its captions taken from another build of the dataset (docs/evaluation.md)."""
+
+    row: str = Field(description="The generator's name in the table, e.g. InternVL3.5-4B")
+    export_dir: str | None = Field(
+        default=None,
+        description="`lenses export` of a build whose models.generator.model is that generator; "
+        "None = the evaluated export itself (the rows of the main evaluation)",
+    )
+
+
+def _unique_rows(entries: list[SwapSection], key: str) -> None:
+    rows = [e.row for e in entries]
+    if len(set(rows)) < len(rows):
+        raise ValueError(f"{key}: each row at most once, got {rows}")
+
+
 class EvalConfig(_Section):
     export_dir: str = Field(default="runs/export", description="`lenses export` folder")
     split: Literal["train", "valid", "test"] = "test"
@@ -242,12 +262,20 @@ class EvalConfig(_Section):
     routing: bool = True
     imp: ImpSection | None = None
     variants: list[VariantSection] = Field(default_factory=list)
+    backbone_scaling: list[SwapSection] = Field(
+        default_factory=list, description="Main Table 6 / supp. Table 7: image-side prompts by generator"
+    )
+    generator_swap: list[SwapSection] = Field(
+        default_factory=list, description="Supp. Table 6: captions by generator"
+    )
 
     @model_validator(mode="after")
     def _unique_variants(self) -> EvalConfig:
         roles = [v.role for v in self.variants]
         if len(set(roles)) < len(roles):
             raise ValueError(f"variants: each role at most once, got {roles}")
+        _unique_rows(self.backbone_scaling, "backbone_scaling")
+        _unique_rows(self.generator_swap, "generator_swap")
         return self
 
 

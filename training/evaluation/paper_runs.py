@@ -129,6 +129,17 @@ def _lens_models(cfg: EvalConfig, source: dict) -> tuple[dict[str, Callable], di
     return loaders, reasons
 
 
+def lens_model_loader(cfg: EvalConfig, source: dict) -> tuple[Callable | None, str]:
+    """(loader of the main lens model's (retriever, processor, data cfg), "") or (None, why not)."""
+    loaders, reasons = _lens_models(cfg.model_copy(update={"variants": []}), source)
+    return loaders.get(ARTEMIS_LENSES), reasons.get(ARTEMIS_LENSES, "")
+
+
+def checkpoint_bundle(checkpoint: str):
+    """(retriever, processor, data cfg) of a saved checkpoint, on CPU."""
+    return _checkpoint_bundle(checkpoint)
+
+
 def fine_tuned_scores(checkpoint: str, labels: SplitLabels) -> np.ndarray:
     """The global-only fine-tuned BGE-VL-MLLM on the evaluated split, encoded from its checkpoint."""
     retriever, processor, data_cfg = _checkpoint_bundle(checkpoint)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from training.evaluation.harnesses import harness_tables
 from training.evaluation.markdown import fmt as _fmt
 from training.evaluation.markdown import table as _table
 
@@ -174,7 +175,7 @@ def paper_tables_markdown(results: dict[str, Any]) -> list[str]:
         "# The papers' tables",
         table2(results), table3a(results), table4(results), table5(results),
         supp_karpathy_table(results, "coco"), supp_karpathy_table(results, "flickr30k"),
-        supp_table3(results), supp_table5(results),
+        supp_table3(results), supp_table5(results), *harness_tables(results),
         "# Every metric, by protocol",
     ]  # fmt: skip
 

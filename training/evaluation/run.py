@@ -20,6 +20,7 @@ from training.baselines.global_only import global_scores
 from training.baselines.lora_clip.metrics import figurative_metrics
 from training.evaluation.ablations import SIMILARITY_VARIANTS, similarity_ablation_scores, text_only_retrieval
 from training.evaluation.config import EvalConfig
+from training.evaluation.harnesses import add_harness_results, harness_systems
 from training.evaluation.imp_metrics import imp_metrics
 from training.evaluation.imp_split import difficulty_codes
 from training.evaluation.inputs import (
@@ -276,11 +277,15 @@ def run_evaluation(cfg: EvalConfig) -> tuple[dict[str, Any], dict[str, Path]]:
         name = f"Zero-shot open_clip ({Path(oc.model_config_path).stem if oc.model_config_path else oc.model_name}, {weights})"
         extra[name] = open_clip_scores(clip_bundle, cfg, labels.image_paths, labels.captions)
         open_clip_entry = (name, clip_bundle)
+    clip_systems, clip_meta = harness_systems(cfg, labels)  # supp. Table 9's fine-tuned CLIP
+    extra.update(clip_systems)
     zero_shot, unavailable = zero_shot_systems(cfg.baselines.zero_shot, labels.image_paths, labels.captions)
     extra.update(zero_shot)  # the zero-shot rows of main Table 2, by their paper names
     difficulty, imp_summary = difficulty_codes(cfg, labels) if cfg.imp is not None else (None, None)
     results = evaluate_encoded(enc, cfg, extra, difficulty)
     add_paper_results(results, cfg, labels, source, unavailable, evaluate_encoded, enc.txt_global)
+    add_harness_results(results, cfg, labels, source, evaluate_encoded)  # main Table 6, supp. Tables 6-7
+    results["meta"].update(clip_meta)
     if imp_summary is not None:
         results["meta"]["imp_split"] = imp_summary
     results["external"], irfl = _external(cfg, clip_bundle)
