@@ -59,6 +59,21 @@ def retrieval_loss(
     return i2t + t2i
 
 
+def slot_loss_pairs(img_ids: torch.Tensor, txt_img_ids: torch.Tensor, mode: str = "all") -> torch.Tensor:
+    """The (image, caption) index pairs [P, 2] long that Eq. 8's S+ is drawn from.
+
+    "all": every pair (b, n) of the batch, the paper's S+ ("the set of pairs (b, n) for which
+    there exists at least one same-lens visual slot"; `caption_slot_loss` drops the pairs
+    without one). "positive": matched pairs only (txt_img_ids[n] == img_ids[b]).
+    """
+    pos = positive_mask(img_ids, txt_img_ids)  # [n_img, n_txt]
+    if mode == "all":
+        return torch.ones_like(pos).nonzero()
+    if mode == "positive":
+        return pos.nonzero()
+    raise ValueError(f"slot pairs must be 'all' or 'positive', got {mode!r}")
+
+
 def caption_slot_loss(
     img_slots: torch.Tensor,
     img_slot_lens: torch.Tensor,
