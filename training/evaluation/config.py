@@ -35,6 +35,11 @@ class MetricsSection(_Section):
         min_length=1,
         description="Per-lens R@K protocols (docs/evaluation.md); lens_slot = main paper Sec. 4.2, lens model only",
     )
+    lens_slot_gallery: Literal["label", "active"] = Field(
+        default="label",
+        description="lens_slot I->T gallery: label = the lens-c captions (the paper's text mask, Table 2); "
+        "active = captions whose c slot is on under scoring.text_slots",
+    )
     max_chunk_bytes: int = 256 * 2**20
 
 

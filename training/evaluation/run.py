@@ -69,7 +69,8 @@ def _lens_slot(enc: EncodedSplit, cfg: EvalConfig, txt_lens: torch.Tensor, overa
     s = cfg.scoring
     per_lens = lens_slot_metrics(
         enc.img_slots, enc.img_slot_lens, enc.img_global, enc.txt_slots, enc.txt_global,
-        enc.caption_image, enc.caption_lens, txt_slot_lens=txt_lens, alpha=s.alpha,
+        enc.caption_image, enc.caption_lens, txt_slot_lens=txt_lens,
+        gallery=cfg.metrics.lens_slot_gallery, alpha=s.alpha,
         denominator=s.denominator, fallback=s.fallback, image_chunk=s.image_chunk, text_chunk=s.text_chunk,
         ks=cfg.metrics.ks, max_chunk_bytes=cfg.metrics.max_chunk_bytes,
     )  # fmt: skip
