@@ -169,6 +169,16 @@ class ImpSection(_Section):
     calibration: ImpCalibrationSection | None = None
     batch_size: int = 64
     device: str = "cpu"
+    negatives: Literal["discarded", "shifted"] = Field(
+        default="discarded",
+        description="AUPRC negatives: discarded = a text of the same image the validators discarded "
+        "(shifted where an image has none); shifted = the next image's first caption for every image",
+    )
+    build_run: str | None = Field(
+        default=None,
+        description="Build run folder whose generate stage holds the discarded texts; None = the "
+        "export folder's parent (`lenses run` writes RUN/export)",
+    )
 
     @model_validator(mode="after")
     def _check_models(self) -> ImpSection:

@@ -20,9 +20,11 @@ from training.baselines.global_only import global_scores
 from training.baselines.lora_clip.metrics import figurative_metrics
 from training.evaluation.ablations import SIMILARITY_VARIANTS, similarity_ablation_scores, text_only_retrieval
 from training.evaluation.config import EvalConfig
+from training.evaluation.imp_discarded import discarded_pair_scores
 from training.evaluation.imp_metrics import imp_metrics
 from training.evaluation.imp_split import difficulty_codes
 from training.evaluation.inputs import (
+    discarded_captions,
     global_only_scores,
     lens_model_encodings,
     open_clip_model,
@@ -88,11 +90,14 @@ def evaluate_encoded(
     cfg: EvalConfig,
     extra_systems: dict[str, np.ndarray] | None = None,
     difficulty: np.ndarray | None = None,
+    discarded: tuple[np.ndarray, dict[str, np.ndarray]] | None = None,
 ) -> dict[str, Any]:
     """Every metric of the lens model (and of extra systems' score matrices) on one split.
 
     difficulty: IMP code per caption (0 easy, 1 medium, 2 hard, -1 none) for the per-difficulty
-    metrics of every system (`results["imp"]`), or None to skip them.
+    metrics of every system (`results["imp"]`), or None to skip them. discarded: (image [k] of
+    each discarded caption, {system: its [k] scores with that image}), the AUPRC negatives;
+    systems without scores fall back to the shifted negatives.
     """
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -114,8 +119,17 @@ def evaluate_encoded(
     if difficulty is not None:
         t0 = time.perf_counter()
         ks = cfg.metrics.ks
+        neg_img, neg_scores = discarded if discarded is not None else (None, {})
         imp = {
-            name: imp_metrics(sim, enc.caption_image, difficulty, ks=ks) for name, sim in all_scores.items()
+            name: imp_metrics(
+                sim,
+                enc.caption_image,
+                difficulty,
+                ks=ks,
+                discarded_image=neg_img,
+                discarded_scores=neg_scores.get(name),
+            )
+            for name, sim in all_scores.items()
         }
         timings["metrics_imp"] = time.perf_counter() - t0
     if "lens_slot" in systems:
@@ -156,6 +170,7 @@ def evaluate_encoded(
         "ks": list(cfg.metrics.ks),
         "split": cfg.split,
         "text_slots": cfg.scoring.text_slots,
+        "lens_slot_gallery": cfg.metrics.lens_slot_gallery,
         "seconds": timings,
     }
     return results
@@ -268,20 +283,28 @@ def run_evaluation(cfg: EvalConfig) -> tuple[dict[str, Any], dict[str, Path]]:
         extra["Global-only fine-tuned"] = global_only_scores(cfg.baselines.global_only_encodings, labels)
     elif cfg.baselines.global_only_checkpoint:  # encoded here from the checkpoint instead
         extra["Global-only fine-tuned"] = fine_tuned_scores(cfg.baselines.global_only_checkpoint, labels)
-    clip_bundle = None
+    clip_bundle, scorers = None, {MAIN_SYSTEM: ("lens", None)}  # systems that can score discarded texts
     if cfg.baselines.open_clip.enabled:
         clip_bundle = open_clip_model(cfg)
         oc = cfg.baselines.open_clip
         weights = oc.pretrained or "random weights"
         name = f"Zero-shot open_clip ({Path(oc.model_config_path).stem if oc.model_config_path else oc.model_name}, {weights})"
         extra[name] = open_clip_scores(clip_bundle, cfg, labels.image_paths, labels.captions)
+        scorers[name] = ("open_clip", clip_bundle)
     zero_shot, unavailable = zero_shot_systems(cfg.baselines.zero_shot, labels.image_paths, labels.captions)
     extra.update(zero_shot)  # the zero-shot rows of main Table 2, by their paper names
     difficulty, imp_summary = difficulty_codes(cfg, labels) if cfg.imp is not None else (None, None)
-    results = evaluate_encoded(enc, cfg, extra, difficulty)
+    discarded, negatives = None, None
+    if cfg.imp is not None and cfg.imp.negatives == "discarded":
+        discarded = discarded_captions(cfg.export_dir, cfg.imp.build_run, labels)
+        scores = discarded_pair_scores(cfg, labels, discarded, enc, source.get("checkpoint"), scorers)
+        negatives = (discarded.image, scores)
+    results = evaluate_encoded(enc, cfg, extra, difficulty, negatives)
     add_paper_results(results, cfg, labels, source, unavailable, evaluate_encoded, enc.txt_global)
     if imp_summary is not None:
         results["meta"]["imp_split"] = imp_summary
+    if discarded is not None:
+        results["meta"]["imp_negatives"] = {"source": discarded.note, "scored_by": sorted(negatives[1])}
     results["external"], irfl = _external(cfg, clip_bundle)
     if irfl is not None:
         results["irfl"] = irfl

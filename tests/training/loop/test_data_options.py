@@ -90,7 +90,9 @@ def test_token_only_density_keeps_one_lens_token_slot_per_lens_and_no_prompt_tex
     keeps a slot, whose query is the learned lens token; no prompt text reaches the model."""
     retriever, processor, ids = tiny_retriever
     pil = load_image_from_skimage()
-    token_only = _collator(processor, prompt_density="none", max_prompts_per_image=64, max_image_tokens=100_000)
+    token_only = _collator(
+        processor, prompt_density="none", max_prompts_per_image=64, max_image_tokens=100_000
+    )
     batch = token_only.images([pil], [PROMPTS])
     assert batch["img_slot_lens"][0].tolist() == [0, 1, 2, 3, 4]
     row = batch["img_input_ids"][0][batch["img_attention_mask"][0].bool()].tolist()
