@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from training.evaluation.config import EvalConfig
+from training.evaluation.imp_metrics import imp_metrics
 from training.evaluation.scoring import all_lens_text_slots, label_text_slots, score_lens_slots
 from training.evaluation.types import DiscardedTexts, EncodedSplit, SplitLabels
 
@@ -96,3 +97,35 @@ def discarded_pair_scores(
             out[name] = _open_clip(bundle, cfg, labels, discarded)
     log.info("IMP negatives: %s; scored by %s", discarded.note, sorted(out))
     return out
+
+
+def run_negatives(
+    cfg: EvalConfig, labels: SplitLabels, enc: EncodedSplit, checkpoint: str | None, systems: dict[str, Any]
+) -> tuple[tuple[np.ndarray, dict[str, np.ndarray]] | None, dict[str, Any] | None]:
+    """((image [k] of each discarded caption, {system: [k] scores}), meta) of an evaluation run,
+    or (None, None) without `imp` or with `imp.negatives: shifted`."""
+    from training.evaluation.inputs import discarded_captions
+
+    if cfg.imp is None or cfg.imp.negatives != "discarded":
+        return None, None
+    discarded = discarded_captions(cfg.export_dir, cfg.imp.build_run, labels)
+    scores = discarded_pair_scores(cfg, labels, discarded, enc, checkpoint, systems)
+    return (discarded.image, scores), {"source": discarded.note, "scored_by": sorted(scores)}
+
+
+def imp_by_system(
+    all_scores: dict[str, Any],
+    caption_image: np.ndarray,
+    difficulty: np.ndarray,
+    ks: tuple[int, ...],
+    discarded: tuple[np.ndarray, dict[str, np.ndarray]] | None,
+) -> dict[str, dict[str, float]]:
+    """IMP Tables 4-5 of every system's [n_images, n_captions] scores; the discarded captions
+    are the AUPRC negatives of the systems that scored them."""
+    image, scores = discarded if discarded is not None else (None, {})
+    return {
+        name: imp_metrics(
+            sim, caption_image, difficulty, ks=ks, discarded_image=image, discarded_scores=scores.get(name)
+        )  # fmt: skip
+        for name, sim in all_scores.items()
+    }

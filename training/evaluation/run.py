@@ -20,11 +20,9 @@ from training.baselines.global_only import global_scores
 from training.baselines.lora_clip.metrics import figurative_metrics
 from training.evaluation.ablations import SIMILARITY_VARIANTS, similarity_ablation_scores, text_only_retrieval
 from training.evaluation.config import EvalConfig
-from training.evaluation.imp_discarded import discarded_pair_scores
-from training.evaluation.imp_metrics import imp_metrics
+from training.evaluation.imp_discarded import imp_by_system, run_negatives
 from training.evaluation.imp_split import difficulty_codes
 from training.evaluation.inputs import (
-    discarded_captions,
     global_only_scores,
     lens_model_encodings,
     open_clip_model,
@@ -119,18 +117,7 @@ def evaluate_encoded(
     if difficulty is not None:
         t0 = time.perf_counter()
         ks = cfg.metrics.ks
-        neg_img, neg_scores = discarded if discarded is not None else (None, {})
-        imp = {
-            name: imp_metrics(
-                sim,
-                enc.caption_image,
-                difficulty,
-                ks=ks,
-                discarded_image=neg_img,
-                discarded_scores=neg_scores.get(name),
-            )
-            for name, sim in all_scores.items()
-        }
+        imp = imp_by_system(all_scores, enc.caption_image, difficulty, ks, discarded)
         timings["metrics_imp"] = time.perf_counter() - t0
     if "lens_slot" in systems:
         t0 = time.perf_counter()
@@ -294,17 +281,13 @@ def run_evaluation(cfg: EvalConfig) -> tuple[dict[str, Any], dict[str, Path]]:
     zero_shot, unavailable = zero_shot_systems(cfg.baselines.zero_shot, labels.image_paths, labels.captions)
     extra.update(zero_shot)  # the zero-shot rows of main Table 2, by their paper names
     difficulty, imp_summary = difficulty_codes(cfg, labels) if cfg.imp is not None else (None, None)
-    discarded, negatives = None, None
-    if cfg.imp is not None and cfg.imp.negatives == "discarded":
-        discarded = discarded_captions(cfg.export_dir, cfg.imp.build_run, labels)
-        scores = discarded_pair_scores(cfg, labels, discarded, enc, source.get("checkpoint"), scorers)
-        negatives = (discarded.image, scores)
+    negatives, negatives_meta = run_negatives(cfg, labels, enc, source.get("checkpoint"), scorers)
     results = evaluate_encoded(enc, cfg, extra, difficulty, negatives)
     add_paper_results(results, cfg, labels, source, unavailable, evaluate_encoded, enc.txt_global)
     if imp_summary is not None:
         results["meta"]["imp_split"] = imp_summary
-    if discarded is not None:
-        results["meta"]["imp_negatives"] = {"source": discarded.note, "scored_by": sorted(negatives[1])}
+    if negatives_meta is not None:
+        results["meta"]["imp_negatives"] = negatives_meta
     results["external"], irfl = _external(cfg, clip_bundle)
     if irfl is not None:
         results["irfl"] = irfl
