@@ -126,6 +126,6 @@ def imp_by_system(
     return {
         name: imp_metrics(
             sim, caption_image, difficulty, ks=ks, discarded_image=image, discarded_scores=scores.get(name)
-        )  # fmt: skip
+        )
         for name, sim in all_scores.items()
     }

@@ -78,7 +78,6 @@ def test_lens_pair_scores_are_the_full_scores_of_each_text_with_its_image():
     np.testing.assert_allclose(got, full[image, np.arange(k)], atol=1e-6)
 
 
-@pytest.mark.slow
 def test_evaluate_counts_discarded_and_shifted_negatives_per_system(tiny_export, tmp_path):
     """open_clip scores the discarded captions; the lens model from encodings only (no checkpoint
     to encode new texts) falls back to the shifted negatives for every image, and says so."""
