@@ -73,6 +73,18 @@ class PlainStages:
         pass
 
 
+def _time_left_column(remaining: Any) -> Any:
+    """`left 0:01:23` while a stage runs, nothing once it is done (a finished bar has no time left)."""
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class TimeLeft(ProgressColumn):
+        def render(self, task: Any) -> Text:
+            return Text("") if task.finished else Text.assemble("left ", remaining.render(task))
+
+    return TimeLeft()
+
+
 class LiveStages:
     """A rich progress bar per stage, in a terminal; finished stages keep their line."""
 
@@ -96,8 +108,7 @@ class LiveStages:
             TextColumn("{task.fields[records]}"),
             TextColumn("{task.fields[rate]}"),
             TimeElapsedColumn(),
-            TextColumn("left"),
-            TimeRemainingColumn(),
+            _time_left_column(TimeRemainingColumn()),
             console=self.console,
             # Our log handler prints through this console; nothing else should write under it.
             redirect_stdout=False,

@@ -13,7 +13,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Compute the paper's retrieval metrics (per-lens R@K under the main paper's lens-slot "
         "protocol and the lens/full-gallery protocols, macro R@K over lenses, RSUM, LC/All/DCG@10, meanR/medR "
         "of the best and of all positives, mAP@R), fallback rates, routing, similarity ablations, baselines "
-        "and external benchmarks for one export split, and write metrics.json, report.md (the papers' tables "
+        "and external benchmarks (ArtEmis, IRFL, COCO and Flickr30K) for one export split, and write metrics.json, report.md (the papers' tables "
         "first, rows it cannot produce marked) and routing.png to the output folder (definitions: "
         "docs/evaluation.md).",
     )

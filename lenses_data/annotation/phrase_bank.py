@@ -8,60 +8,48 @@ cards", "tipped the scales", "burning bridges"). Each match reports the idiom an
 Which listing shows which set is explicit: Listing 2 (image-side prompts) shows the 15 families
 plus the "Add ons"; Listing 3 (captions) shows the 15 families only (`idioms_for("captions")`).
 
-Literal use of an idiom's words is not an idiom ("a red flag flutters from the mast", "an acrobat
-walks a tightrope above the circus crowd"). An idiom whose words name something that can be in a
-picture lists `literal` cue words in the YAML: a match with a cue word within `LITERAL_WINDOW`
-tokens in the same sentence reads as the physical thing, unless the words right before it mark a
-comparison or metaphor ("like a house of cards", "is a red flag", "became a revolving door") or an
-of-phrase names what it stands for ("a revolving door of tenants").
+Literal use of an idiom's words is not an idiom ("a red flag flutters from the mast", "a red flag
+on the beach warns swimmers"). An idiom whose words name something that can be in a picture lists
+`literal` cue words in the YAML; `lenses_data.annotation.literal_use` reads a match of such an idiom
+as the physical thing when a cue word is near, or when the bank-wide `scene` lexicon locates or
+describes it, unless a figurative frame ("is a", "like a", "a kind of", an apposition) or an
+abstract of-phrase ("a revolving door of tenants") makes it the idiom.
 `find` reports idiomatic uses only; `find(..., include_literal=True)` also returns the literal ones.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import cache
 from pathlib import Path
 
 import yaml
 
+from lenses_data.annotation.literal_use import Context, SceneLexicon, literal_use
+from lenses_data.annotation.tokens import (
+    DET,
+    clause_numbers,
+    pattern_of,
+    sentence_numbers,
+    stem,
+    tokenize,
+)
 from lenses_data.resources import resource_dir
+
+__all__ = [
+    "Idiom",
+    "IdiomMatch",
+    "PhraseBank",
+    "default_phrase_bank",
+    "load_phrase_bank",
+    "pattern_of",
+    "stem",
+]
 
 BANK_FILE = "phrase_bank.yaml"
 ADD_ONS = "add_ons"
 FAMILIES = "families"
-
-_TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z0-9]+)*")
-_APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "`": "'"})
-# Articles and possessive determiners are interchangeable inside an idiom.
-_DETERMINERS = frozenset("a an the his her their its one's ones my your our".split())
-_DET = "<det>"
-# Words right before a match (determiners skipped) that make it a comparison or a metaphor: the
-# idiom is used figuratively even when the sentence also names its physical domain.
-_FIGURATIVE_MARKERS = (
-    "like as into is are was were be been become became becomes becoming seem seems feel feels "
-    "resemble resembles symbolize symbolizes symbolise symbolises represent represents signal signals "
-    "evoke evokes suggest suggests mirror mirrors embody embodies"
-).split()
-# "there is a red flag on the pole": after "there", "is" introduces the thing, it does not predicate.
-_EXISTENTIAL = "there"
-_SENTENCE_END = re.compile(r"[.!?;]")
-LITERAL_WINDOW = 6  # tokens either side of a match searched for literal cue words
-# Irregular forms that suffix stripping cannot reach, mapped to the form their base stems to.
-_IRREGULAR = {
-    "spilt": "spill",
-    "burnt": "burn",
-    "paid": "pay",
-    "broke": "break",
-    "broken": "break",
-    "men": "man",
-    "rose": "rise",
-    "risen": "rise",
-    "cut": "cut",
-    "left": "leave",
-    "leaving": "leave",
-}
+SCENE = "scene"
 
 
 @dataclass(frozen=True)
@@ -83,47 +71,6 @@ class IdiomMatch:
     literal: bool = False  # the words are used for the physical thing, not as the idiom
 
 
-@lru_cache(maxsize=65536)
-def stem(token: str) -> str:
-    """A small, deterministic suffix stripper: the same rules run on idioms and on texts."""
-    token = _IRREGULAR.get(token, token)
-    if token.endswith(("ies", "ied")) and len(token) > 4:
-        token = token[:-3] + "y"
-    elif token.endswith("es") and token[:-2].endswith(("s", "x", "z", "ch", "sh")) and len(token) > 4:
-        token = token[:-2]
-    elif token.endswith("s") and not token.endswith(("ss", "us", "is")) and len(token) > 3:
-        token = token[:-1]
-    for suffix in ("ing", "ed"):
-        if token.endswith(suffix) and len(token) - len(suffix) >= 3:
-            token = token[: -len(suffix)]
-            # "tipp" -> "tip", "runn" -> "run", but keep "spill", "pass", "buzz".
-            if len(token) > 3 and token[-1] == token[-2] and token[-1] not in "lsz":
-                token = token[:-1]
-            break
-    if token.endswith("e") and len(token) > 3:
-        token = token[:-1]
-    return token
-
-
-def _normalise_token(raw: str) -> str:
-    if raw in _DETERMINERS:
-        return _DET
-    bare = raw.replace("'", "")
-    if bare in _DETERMINERS:
-        return _DET
-    return stem(bare)
-
-
-def tokenize(text: str) -> list[tuple[str, int, int]]:
-    """(normalised token, start, end) for every word; hyphens and punctuation separate words."""
-    lowered = text.translate(_APOSTROPHES).lower()
-    return [(_normalise_token(m.group()), m.start(), m.end()) for m in _TOKEN.finditer(lowered)]
-
-
-def pattern_of(phrase: str) -> tuple[str, ...]:
-    return tuple(token for token, _, _ in tokenize(phrase))
-
-
 class PhraseBank:
     """The lexicon: families in listing order, the add-ons, and which listing shows which."""
 
@@ -137,6 +84,7 @@ class PhraseBank:
         self.add_ons_name: str = add_ons["name"]
         self.add_ons = [_idiom(entry, self.add_ons_name, ADD_ONS) for entry in add_ons["idioms"]]
         self.listings: dict[str, tuple[str, ...]] = {k: tuple(v) for k, v in data["listings"].items()}
+        self.scene = SceneLexicon.from_data(data.get(SCENE))
         self._index = _build_index(self.all_idioms())
 
     def all_idioms(self) -> list[Idiom]:
@@ -152,7 +100,7 @@ class PhraseBank:
         listing's sets. With `include_literal`, literal uses of idiom words too (`literal=True`)."""
         allowed = set(self.listings[listing]) if listing else {FAMILIES, ADD_ONS}
         tokens = tokenize(text)
-        sentences = _sentence_numbers(text, tokens)
+        context = Context(tokens, sentence_numbers(text, tokens), clause_numbers(text, tokens))
         found: list[IdiomMatch] = []
         position = 0
         while position < len(tokens):
@@ -162,7 +110,7 @@ class PhraseBank:
                 continue
             idiom, length = hit
             start, end = tokens[position][1], tokens[position + length - 1][2]
-            literal = literal_use(tokens, sentences, position, position + length, idiom.literal_cues)
+            literal = literal_use(context, position, position + length, idiom.literal_cues, self.scene)
             if include_literal or not literal:
                 found.append(IdiomMatch(idiom.text, idiom.family, idiom.set_name, start, end, literal))
             position += length
@@ -195,63 +143,13 @@ class PhraseBank:
         return "\n\n".join(blocks)
 
 
-def _sentence_numbers(text: str, tokens: list[tuple[str, int, int]]) -> list[int]:
-    """The sentence (or clause after ';') each token belongs to."""
-    ends = [m.start() for m in _SENTENCE_END.finditer(text)]
-    numbers, seen = [], 0
-    for _, start, _ in tokens:
-        while seen < len(ends) and ends[seen] < start:
-            seen += 1
-        numbers.append(seen)
-    return numbers
-
-
-@cache
-def _markers() -> frozenset[str]:
-    return frozenset(_normalise_token(w) for w in _FIGURATIVE_MARKERS)
-
-
-def literal_use(
-    tokens: list[tuple[str, int, int]], sentences: list[int], first: int, stop: int, cues: frozenset[str]
-) -> bool:
-    """Whether tokens[first:stop] (an idiom match) name the physical thing: a cue word of the
-    idiom's literal domain is near it in the same sentence, and no comparison/metaphor marker
-    stands right before it."""
-    if not cues:
-        return False
-    sentence = sentences[first]
-    before = first - 1
-    while before >= 0 and sentences[before] == sentence and tokens[before][0] == _DET:
-        before -= 1
-    if before >= 0 and sentences[before] == sentence and tokens[before][0] in _markers():
-        existential = before >= 1 and tokens[before - 1][0] == _normalise_token(_EXISTENTIAL)
-        if not existential:
-            return False
-    if _abstract_complement(tokens, sentences, stop, cues):
-        return False
-    window = range(max(0, first - LITERAL_WINDOW), min(len(tokens), stop + LITERAL_WINDOW))
-    return any(tokens[i][0] in cues for i in window if sentences[i] == sentence and not first <= i < stop)
-
-
-def _abstract_complement(
-    tokens: list[tuple[str, int, int]], sentences: list[int], stop: int, cues: frozenset[str]
-) -> bool:
-    """An of-phrase right after the match whose first two words are no literal cue makes the idiom
-    a metaphor for that thing: "a revolving door of tenants", "a tightrope of rules" ("the glass
-    ceiling of the atrium" keeps its literal reading)."""
-    if stop >= len(tokens) or tokens[stop][0] != "of" or sentences[stop] != sentences[stop - 1]:
-        return False
-    following = [t for t, _, _ in tokens[stop + 1 : stop + 5] if t != _DET][:2]
-    return bool(following) and not any(t in cues for t in following)
-
-
 def _idiom(entry: str | dict, family: str, set_name: str) -> Idiom:
     if isinstance(entry, str):
         entry = {"text": entry}
     forms = [entry.get("match", entry["text"]), *entry.get("variants", [])]
     patterns = tuple(dict.fromkeys(pattern_of(f) for f in forms if pattern_of(f)))
     cues = frozenset(token for cue in entry.get("literal", []) for token in pattern_of(cue))
-    return Idiom(entry["text"], family, set_name, patterns, cues - {_DET})
+    return Idiom(entry["text"], family, set_name, patterns, cues - {DET})
 
 
 def _build_index(idioms: list[Idiom]) -> dict[str, list[tuple[tuple[str, ...], Idiom]]]:

@@ -19,7 +19,9 @@ def test_a_wrong_config_is_one_clear_line(tmp_path: Path, content: str | None, e
     config = tmp_path / "own.yaml"
     if content is not None:
         config.write_text(content)
-    done = subprocess.run([LENSES, "run", "--config", str(config)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [LENSES, "run", "--config", str(config)], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 2
     assert done.stderr.startswith("error: ") and expected in done.stderr
     assert "Traceback" not in done.stderr + done.stdout

@@ -51,3 +51,23 @@ def test_declared_columns_are_checked_with_the_stage_named() -> None:
         ColumnMismatch, match=r"stage filter: output shard 0 .*missing \['path'\]; unexpected \['extra'\]"
     ):
         check_columns("filter", frame, ("image_id", "path"), "output shard 0", exact=True)
+
+
+def test_a_terminal_shows_time_left_only_while_a_stage_runs() -> None:
+    from rich.console import Console
+
+    from lenses_app.run_view import LiveStages
+
+    view = LiveStages(io.StringIO())
+    view.stage_started("filter", 2)
+    view.shard_finished("filter", ShardStats("filter", 0, records_in=5))
+
+    def rendered() -> str:
+        console = Console(file=io.StringIO(), width=200, force_terminal=False)
+        console.print(view.progress.get_renderable())
+        return console.file.getvalue()  # type: ignore[attr-defined]
+
+    assert "left" in rendered()
+    view.stage_finished({"stage": "filter", "records_in": 10, "records_out": 8, "rejected": 2})
+    finished = rendered()
+    assert "in 10 out 8 rejected 2" in finished and "left" not in finished

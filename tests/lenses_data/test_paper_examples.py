@@ -16,12 +16,10 @@ import base64
 import contextlib
 import hashlib
 import json
-import re
 import shutil
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -34,62 +32,7 @@ from lenses_data.config.models import ROLES
 from lenses_data.schemas import LENS_NAMES, LensText
 from lenses_data.simulator.asgi_thread import serve_in_thread
 from lenses_data.stages import rules as rules_stage
-
-SEEDS = Path(__file__).resolve().parents[3] / "shared" / "seeds"
-FIGURE_LINE = re.compile(r"^Figure (\d+)\. (.*)$")
-ITEM = re.compile(r"<p>(\w+) \u2192 (.*?)</p>")
-ARROW_ITEM = re.compile(r"<p>(\w+) \u2192")
-
-
-@dataclass
-class Figure:
-    number: int
-    caption: str
-    raw_rows: list[str] = field(default_factory=list)
-
-    @property
-    def kind(self) -> str:
-        """What the figure shows, from its own caption: "caption samples" or "prompt samples"."""
-        if "prompt samples" in self.caption:
-            return "prompt"
-        if "caption samples" in self.caption:
-            return "caption"
-        raise ValueError(f"Figure {self.number}: cannot tell captions from prompts: {self.caption!r}")
-
-    @property
-    def rows(self) -> list[list[tuple[str, str]]]:
-        return [ITEM.findall(row) for row in self.raw_rows]
-
-
-def supplementary() -> Path:
-    found = sorted(SEEDS.glob("000_*.txt")) if SEEDS.is_dir() else []
-    if not found:
-        pytest.skip(f"the supplementary text (seeds/000_*.txt) is not at {SEEDS}: nothing to parse")
-    return found[0]
-
-
-def parse_figures(text: str) -> dict[int, Figure]:
-    """Rows of <p>Lens -> text</p> items belong to the first "Figure N." line after them (the
-    extraction puts a figure's caption below its content)."""
-    figures: dict[int, Figure] = {}
-    pending: list[str] = []
-    for line in text.splitlines():
-        if "<p>" in line:
-            pending.append(line.strip())
-            continue
-        match = FIGURE_LINE.match(line.strip())
-        if match:
-            number = int(match.group(1))
-            figures[number] = Figure(number, match.group(2), pending)
-            pending = []
-    assert not pending, "example rows after the last figure caption"
-    return figures
-
-
-def paper_examples() -> dict[str, list[list[tuple[str, str]]]]:
-    """kind -> one list of (lens, text) per published image."""
-    figures = parse_figures(supplementary().read_text(encoding="utf-8"))
-    return {f.kind: f.rows for f in figures.values() if f.raw_rows}
+from tests.lenses_data.paper_texts import ARROW_ITEM, paper_examples, parse_figures, supplementary
 
 
 def test_every_published_example_is_parsed():

@@ -52,6 +52,11 @@ class OpenClipSection(_Section):
     )
     batch_size: int = 64
     device: str = "cpu"
+    row: Literal["CLIP", "OpenCLIP"] | None = Field(
+        default="OpenCLIP",
+        description="Paper row of main Tables 2 and 5 this model fills when no baselines.zero_shot entry "
+        "names that row: OpenCLIP (LAION weights), CLIP (OpenAI weights), null = none",
+    )
 
 
 class LoraClipSection(_Section):
@@ -129,9 +134,28 @@ class IrflSection(_Section):
     on_missing: Literal["error", "skip"] = "error"
 
 
+class KarpathySection(_Section):
+    """A Karpathy-split caption file (COCO or Flickr30K) for supp. Tables 1-2 (training/external/karpathy.py)."""
+
+    captions_json: str = Field(description="dataset_coco.json or dataset_flickr30k.json")
+    images_dir: str = Field(description="Folder of the images (COCO: holding train2014/ and val2014/)")
+    split: Literal["train", "val", "test", "restval"] = "test"
+    captions_per_image: int | None = Field(
+        default=5, ge=1, description="Keep the first N captions of an image (the standard 5); None = all"
+    )
+    prompts: str | None = Field(
+        default=None,
+        description="Optional image-side prompts for the lens model: CSV/Parquet with filename, lens, text "
+        "(without them every pair uses the global fallback)",
+    )
+    on_missing: Literal["error", "skip"] = "error"
+
+
 class ExternalSection(_Section):
     artemis: ArtemisSection | None = None
     irfl: list[IrflSection] = Field(default_factory=list)
+    coco: KarpathySection | None = Field(default=None, description="supp. Table 1")
+    flickr30k: KarpathySection | None = Field(default=None, description="supp. Table 2")
 
 
 class ImpModelSection(_Section):

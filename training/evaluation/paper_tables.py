@@ -74,6 +74,7 @@ def _zero_shot_note(results: dict, row: str, systems: dict, suffix: str = "") ->
 
 def table2(results: dict) -> str:
     protocol, systems = _gallery(results)
+    systems, from_open_clip = with_open_clip_row(results, systems), open_clip_note(results, systems)
     keys = [f"{k}/{d}/R@{r}" for _, k in LENS_COLS for d in ("i2t", "t2i") for r in (1, 5)]
     header = [
         "Model",
@@ -83,7 +84,7 @@ def table2(results: dict) -> str:
     rows = [_block("Zero-shot", len(keys) + 1)]
     for r in TABLE2_ZERO_SHOT:
         m, note = _zero_shot_note(results, r, systems)
-        rows.append(_row(r, m, keys, note))
+        rows.append(_row(r, m, keys, from_open_clip.get(r, note) if m is not None else note))
     rows.append(_block("Fine-Tune", len(keys) + 1))
     rows.append(_row("BGE-VL-MLLM", systems.get(FINE_TUNED), keys,
                      "" if FINE_TUNED in systems else "not run: baselines.global_only_encodings or global_only_checkpoint not set"))  # fmt: skip
@@ -138,10 +139,12 @@ def table5(results: dict) -> str:
     keys = [f"all/{d}/R@{k}" for d in ("i2t", "t2i") for k in (1, 5, 10)]
     header = ["Model", *(f"{t} R@{k}" for t in ("I→T", "T→I") for k in (1, 5, 10)), "Note"]
     systems, unavailable = art["systems"], art["unavailable"]
+    from_open_clip = open_clip_note(results, systems)
+    systems = with_open_clip_row(results, systems, results.get("external", {}).get(ARTEMIS_OPEN_CLIP))
     rows = [_block("Zero-shot", len(keys) + 1)]
     for r in TABLE5_ZERO_SHOT:
         m, note = _zero_shot_note({"zero_shot": {"unavailable": unavailable}}, r, systems)
-        rows.append(_row(r, m, keys, note))
+        rows.append(_row(r, m, keys, from_open_clip.get(r, note) if m is not None else note))
     rows.append(_block("Fine-tuned on Lenses", len(keys) + 1))
     for r in TABLE5_FINE_TUNED:
         rows.append(_row(r, systems.get(r), keys, f"not run: {unavailable[r]}" if r in unavailable else ""))
@@ -197,6 +200,78 @@ def paper_tables_markdown(results: dict[str, Any]) -> list[str]:
     return [
         "# The papers' tables",
         table2(results), table3a(results), table4(results), table5(results),
+        supp_karpathy_table(results, "coco"), supp_karpathy_table(results, "flickr30k"),
         supp_table3(results), supp_table5(results),
         "# Every metric, by protocol",
     ]  # fmt: skip
+
+
+# --- baselines.open_clip in its paper row; supp. Tables 1-2 (training/evaluation/karpathy.py) ---
+
+ARTEMIS_OPEN_CLIP = "ArtEmis (zero-shot open_clip)"  # training.evaluation.run._external
+KARPATHY_ROWS = ("OpenAI CLIP-B/16", "Open CLIP-B/16", "EVA-02-CLIP-B/16", "OpenAI CLIP-L/14", "Open CLIP-L/14",
+                 "EVA-02-CLIP-L/14", "MagicLens-B", "MagicLens-L", "VLM2Vec", "BGE-VL-MLLM")  # fmt: skip
+KARPATHY_LENSES = ("Lenses - All", "Lenses - Literal")
+KARPATHY_TITLES = {
+    "coco": ("Supp. Table 1", "COCO 5K test"),
+    "flickr30k": ("Supp. Table 2", "Flickr30K 1K test"),
+}
+KARPATHY_NO_LOADER = {
+    "MagicLens-B": "MagicLens's released checkpoints are JAX/Scenic models and the paper's "
+    "reproduced CoCa checkpoints are not published; no loader here",
+    "MagicLens-L": "MagicLens's released checkpoints are JAX/Scenic models and the paper's "
+    "reproduced CoCa checkpoints are not published; no loader here",
+    "VLM2Vec": "VLM2Vec needs its own repository's modeling and embedding code (remote "
+    "code), not a family this code loads",
+}
+
+
+def with_open_clip_row(results: dict, systems: dict, metrics: dict | None = None) -> dict:
+    """`systems` plus baselines.open_clip's numbers under its paper row (CLIP or OpenCLIP) when no
+    baselines.zero_shot entry already fills that row. metrics: its numbers (default: its system)."""
+    placed = results.get("open_clip_row") or {}
+    row, name = placed.get("row"), placed.get("system")
+    metrics = metrics if metrics is not None else systems.get(name)
+    if row is None or row in systems or metrics is None:
+        return systems
+    return {**systems, row: metrics}
+
+
+def open_clip_note(results: dict, systems: dict) -> dict[str, str]:
+    """{row: note} for the row baselines.open_clip fills (none when a zero-shot entry has it)."""
+    placed = results.get("open_clip_row") or {}
+    row = placed.get("row")
+    if row is None or row in systems:
+        return {}
+    return {row: f"baselines.open_clip: {placed.get('system')}"}
+
+
+def supp_karpathy_table(results: dict, dataset: str) -> str:
+    """Supp. Table 1 (COCO) or 2 (Flickr30K): zero-shot I->T and T->I R@1/5/10 of every row."""
+    number, name = KARPATHY_TITLES[dataset]
+    title = f"## {number}, zero-shot retrieval on {name} R@K (%)"
+    res = results.get(dataset)
+    if res is None:
+        return f"{title}\n\nnot run: external.{dataset} not configured (every row)."
+    keys = [f"all/{d}/R@{k}" for d in ("i2t", "t2i") for k in (1, 5, 10)]
+    header = ["Model", *(f"{t} R@{k}" for t in ("I→T", "T→I") for k in (1, 5, 10)), "Note"]
+    systems = res["systems"]
+    unavailable = {"zero_shot": {"unavailable": {**KARPATHY_NO_LOADER, **res["unavailable"]}}}
+    rows = [_block("Zero-shot", len(keys) + 1)]
+    for r in KARPATHY_ROWS:
+        m, note = _zero_shot_note(unavailable, r, systems)
+        rows.append(_row(r, m, keys, note))
+    for r in KARPATHY_LENSES:
+        rows.append(
+            _row(r, systems.get(r), keys, f"unavailable: {res['unavailable'][r]}" if r not in systems else "")
+        )
+    extra = [r for r in [*systems, *res["unavailable"]] if r not in KARPATHY_ROWS + KARPATHY_LENSES]
+    if extra:  # configured systems without a paper row, also those that could not run
+        rows.append(_block("Other configured systems", len(keys) + 1))
+        for r in extra:
+            m, note = _zero_shot_note(unavailable, r, systems)
+            rows.append(_row(r, m, keys, note))
+    sizes = (f"{res['n_images']} images, {res['n_captions']} captions ({res['split']} split of {res['file']}); "
+             f"{res['n_rejected']} entries rejected, {res['n_captions_beyond_limit']} captions beyond the "
+             f"per-image limit left out; {res['n_images_with_prompts']} images with image-side prompts")  # fmt: skip
+    return f"{title}\n\n{sizes}\n\n{_table(header, rows)}"

@@ -29,6 +29,7 @@ from training.evaluation.inputs import (
     open_clip_scores,
     split_labels,
 )
+from training.evaluation.karpathy import karpathy_benchmarks
 from training.evaluation.lens_slot import lens_slot_metrics
 from training.evaluation.metrics import protocol_free, retrieval_metrics
 from training.evaluation.paper_runs import add_paper_results, fine_tuned_scores
@@ -93,9 +94,8 @@ def evaluate_encoded(
     """Every metric of the lens model (and of extra systems' score matrices) on one split.
 
     difficulty: IMP code per caption (0 easy, 1 medium, 2 hard, -1 none) for the per-difficulty
-    metrics of every system (`results["imp"]`), or None to skip them. discarded: (image [k] of
-    each discarded caption, {system: its [k] scores with that image}), the AUPRC negatives;
-    systems without scores fall back to the shifted negatives.
+    metrics of every system (`results["imp"]`), or None to skip them. discarded: the AUPRC
+    negatives, see `training.evaluation.imp_discarded.imp_by_system`.
     """
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -157,7 +157,6 @@ def evaluate_encoded(
         "ks": list(cfg.metrics.ks),
         "split": cfg.split,
         "text_slots": cfg.scoring.text_slots,
-        "lens_slot_gallery": cfg.metrics.lens_slot_gallery,
         "seconds": timings,
     }
     return results
@@ -270,13 +269,15 @@ def run_evaluation(cfg: EvalConfig) -> tuple[dict[str, Any], dict[str, Path]]:
         extra["Global-only fine-tuned"] = global_only_scores(cfg.baselines.global_only_encodings, labels)
     elif cfg.baselines.global_only_checkpoint:  # encoded here from the checkpoint instead
         extra["Global-only fine-tuned"] = fine_tuned_scores(cfg.baselines.global_only_checkpoint, labels)
-    clip_bundle, scorers = None, {MAIN_SYSTEM: ("lens", None)}  # systems that can score discarded texts
+    clip_bundle, open_clip_entry = None, None
+    scorers = {MAIN_SYSTEM: ("lens", None)}  # the systems that can score IMP's discarded texts
     if cfg.baselines.open_clip.enabled:
         clip_bundle = open_clip_model(cfg)
         oc = cfg.baselines.open_clip
         weights = oc.pretrained or "random weights"
         name = f"Zero-shot open_clip ({Path(oc.model_config_path).stem if oc.model_config_path else oc.model_name}, {weights})"
         extra[name] = open_clip_scores(clip_bundle, cfg, labels.image_paths, labels.captions)
+        open_clip_entry = (name, clip_bundle)
         scorers[name] = ("open_clip", clip_bundle)
     zero_shot, unavailable = zero_shot_systems(cfg.baselines.zero_shot, labels.image_paths, labels.captions)
     extra.update(zero_shot)  # the zero-shot rows of main Table 2, by their paper names
@@ -286,11 +287,13 @@ def run_evaluation(cfg: EvalConfig) -> tuple[dict[str, Any], dict[str, Path]]:
     add_paper_results(results, cfg, labels, source, unavailable, evaluate_encoded, enc.txt_global)
     if imp_summary is not None:
         results["meta"]["imp_split"] = imp_summary
-    if negatives_meta is not None:
-        results["meta"]["imp_negatives"] = negatives_meta
+    results["meta"]["imp_negatives"] = negatives_meta  # None without imp.negatives: discarded
     results["external"], irfl = _external(cfg, clip_bundle)
     if irfl is not None:
         results["irfl"] = irfl
+    results.update(karpathy_benchmarks(cfg, source, open_clip_entry))  # supp. Tables 1-2
+    if open_clip_entry is not None:  # the paper row (CLIP or OpenCLIP) it fills in main Tables 2, 5
+        results["open_clip_row"] = {"row": cfg.baselines.open_clip.row, "system": open_clip_entry[0]}
     results["meta"]["lens_model"] = source
     results["meta"]["config"] = cfg.model_dump(mode="json")
     paths = write_outputs(results, cfg.out_dir)

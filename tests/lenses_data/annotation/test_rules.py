@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import pytest
 
 from lenses_data.annotation import rules
 from lenses_data.annotation.phrase_bank import default_phrase_bank
 from lenses_data.config.annotate import DEFAULT_SELF_REFERENCES
 from lenses_data.schemas import LENS_NAMES
+from tests.lenses_data.paper_texts import ITEM, supplementary
 
 BANK = default_phrase_bank()
 GOOD_LITERAL = "A lone oak tree stands on a grassy hill beneath dark clouds, beside a broken wooden fence."
@@ -229,11 +227,7 @@ def test_idiom_target_rounds_up(n, expected):
 
 
 def _paper_samples():
-    seeds = Path(__file__).resolve().parents[3] / "shared" / "seeds"
-    found = sorted(seeds.glob("000_*.txt")) if seeds.is_dir() else []
-    if not found:
-        pytest.skip("shared/seeds (the supplementary text) is not beside this checkout")
-    return re.findall(r"<p>(\w+) \u2192 (.*?)</p>", found[0].read_text(encoding="utf-8"))
+    return ITEM.findall(supplementary().read_text(encoding="utf-8"))
 
 
 def test_published_samples_raise_no_artifact_or_self_reference_flags():

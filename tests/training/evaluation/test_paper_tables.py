@@ -65,7 +65,7 @@ def test_paper_tables_place_numbers_and_mark_missing_rows():
     headings = [line for line in report.splitlines() if line.startswith("## ")]
     assert [h.split(",")[0] for h in headings] == [
         "## Main Table 2 (paper rows)", "## Main Table 3a", "## Main Table 4", "## Main Table 5",
-        "## Supp. Table 3", "## Supp. Table 5",
+        "## Supp. Table 1", "## Supp. Table 2", "## Supp. Table 3", "## Supp. Table 5",
     ]  # fmt: skip
 
 
