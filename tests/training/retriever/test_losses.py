@@ -108,6 +108,9 @@ def test_eq8_s_plus_defaults_to_every_batch_pair_with_a_same_lens_slot():
     assert loss_matched.item() == pytest.approx(t00, rel=1e-6)
     with pytest.raises(ValueError, match="slot pairs"):
         slot_loss_pairs(img_ids, txt_img_ids, "matched")
+    from training.retriever.config import LossConfig
+
+    assert LossConfig().slot_pairs == "all"  # the model's loss uses the paper's S+ unless told
 
 
 def test_caption_slot_loss_zero_without_pairs_keeps_graph():
