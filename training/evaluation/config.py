@@ -36,6 +36,11 @@ class MetricsSection(_Section):
         min_length=1,
         description="Per-lens R@K protocols (docs/evaluation.md); lens_slot = main paper Sec. 4.2, lens model only",
     )
+    lens_slot_gallery: Literal["label", "active"] = Field(
+        default="label",
+        description="lens_slot I->T gallery: label = the lens-c captions (the paper's text mask, Table 2); "
+        "active = captions whose c slot is on under scoring.text_slots",
+    )
     max_chunk_bytes: int = 256 * 2**20
 
 
@@ -190,6 +195,16 @@ class ImpSection(_Section):
     calibration: ImpCalibrationSection | None = None
     batch_size: int = 64
     device: str = "cpu"
+    negatives: Literal["discarded", "shifted"] = Field(
+        default="discarded",
+        description="AUPRC negatives: discarded = a text of the same image the validators discarded "
+        "(shifted where an image has none); shifted = the next image's first caption for every image",
+    )
+    build_run: str | None = Field(
+        default=None,
+        description="Build run folder whose generate stage holds the discarded texts; None = the "
+        "export folder's parent (`lenses run` writes RUN/export)",
+    )
 
     @model_validator(mode="after")
     def _check_models(self) -> ImpSection:

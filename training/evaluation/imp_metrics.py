@@ -8,7 +8,10 @@
   `average_precision_score`), the binary image-text classification metric of IMP Table 5.
 - `difficulty_retrieval`: R@K, meanR/medR (best positive and all positives) per difficulty,
   IMP Table 4's "retrieval results filtered by category".
-- `difficulty_auprc`: AUPRC per difficulty against one shared set of negative pairs.
+- `difficulty_auprc`: AUPRC per difficulty against one shared set of negative pairs, one per
+  captioned image: a text of the same image that the build's validators discarded
+  (`imp_negatives`; IMP's negatives are captions its annotators rejected for that image), or,
+  for an image without one, the shifted stand-in (`shifted_negatives`); both are counted.
 
 Difficulty codes: 0 easy, 1 medium, 2 hard, -1 unlabelled (left out of every per-difficulty metric).
 """
@@ -198,19 +201,72 @@ def shifted_negatives(caption_image: Any) -> tuple[np.ndarray, np.ndarray]:
     return images, first[np.r_[np.arange(1, images.size), 0]]
 
 
+@dataclass(frozen=True)
+class ImpNegatives:
+    """One negative pair per captioned image (IMP: "one true negative for each image")."""
+
+    images: np.ndarray  # [m] image index of each negative pair, ascending
+    discarded: np.ndarray  # [m] index of the image's first discarded text, -1 = none (fallback)
+    shifted_caption: np.ndarray  # [m] the shifted stand-in caption, used where discarded is -1
+
+
+def imp_negatives(caption_image: Any, discarded_image: Any | None = None) -> ImpNegatives:
+    """Negatives from the same image's discarded texts where it has one, else shifted.
+
+    caption_image [n_captions]; discarded_image [n_discarded]: the image index of each text the
+    validators discarded (None or empty: every image falls back). An image's negative is its
+    first discarded text, so each image weighs the same as in IMP.
+    """
+    images, shifted = shifted_negatives(caption_image)  # [m], [m]
+    first = np.full(len(images), -1, np.int64)
+    if discarded_image is not None and len(discarded_image):
+        di = np.asarray(discarded_image, dtype=np.int64).ravel()
+        owners, first_of = np.unique(di, return_index=True)  # first discarded text of each image
+        at = np.searchsorted(owners, images).clip(max=len(owners) - 1)
+        hit = owners[at] == images
+        first[hit] = first_of[at[hit]]
+    return ImpNegatives(images, first, shifted)
+
+
+def negative_pair_scores(sim: Any, negatives: ImpNegatives, discarded_scores: Any | None) -> np.ndarray:
+    """[m] scores of the negative pairs: discarded_scores[k] is discarded text k's score with its
+    own image ([n_discarded]); the fallback pairs are read from sim [n_images, n_captions]."""
+    out = gather_pairs(sim, negatives.images, negatives.shifted_caption).astype(np.float64)
+    own = negatives.discarded >= 0
+    if own.any():
+        if discarded_scores is None:
+            raise ValueError("negatives use discarded texts but no discarded_scores were given")
+        out[own] = np.asarray(discarded_scores, dtype=np.float64).ravel()[negatives.discarded[own]]
+    return out
+
+
 def difficulty_auprc(
-    sim: Any, caption_image: Any, difficulty: Any, negatives: tuple[Any, Any] | None = None
+    sim: Any,
+    caption_image: Any,
+    difficulty: Any,
+    discarded_image: Any | None = None,
+    discarded_scores: Any | None = None,
 ) -> dict[str, float]:
     """AUPRC per difficulty: the d-pairs (caption, own image) against the negative pairs.
 
-    negatives: (images [m], captions [m]) index pairs scored as non-matching; default
-    `shifted_negatives`. Also `all/AUPRC` over every labelled pair.
+    sim [n_images, n_captions]; discarded_image [n_discarded] and discarded_scores
+    [n_discarded]: the texts the validators discarded, their image and their score with it
+    (None: every negative is the shifted stand-in). Also `all/AUPRC` over every labelled pair,
+    and how many negatives came from discarded texts (`n_negatives_discarded`) or fell back
+    (`n_negatives_shifted`).
     """
     ci, diff = _check(sim, caption_image, difficulty)
-    neg_img, neg_cap = shifted_negatives(ci) if negatives is None else (np.asarray(x) for x in negatives)
+    if discarded_scores is None:
+        discarded_image = None
+    negatives = imp_negatives(ci, discarded_image)
     pos_score = gather_pairs(sim, ci, np.arange(len(ci)))  # [n_captions] own-image scores
-    neg_score = gather_pairs(sim, np.asarray(neg_img), np.asarray(neg_cap))  # [m]
-    out: dict[str, float] = {"n_negatives": float(len(neg_score))}
+    neg_score = negative_pair_scores(sim, negatives, discarded_scores)  # [m]
+    n_own = int((negatives.discarded >= 0).sum())
+    out: dict[str, float] = {
+        "n_negatives": float(len(neg_score)),
+        "n_negatives_discarded": float(n_own),
+        "n_negatives_shifted": float(len(neg_score) - n_own),
+    }
     groups = [(name, diff == code) for code, name in enumerate(DIFFICULTIES)] + [("all", diff != UNLABELLED)]
     for name, mine in groups:
         if not mine.any():
@@ -223,12 +279,18 @@ def difficulty_auprc(
 
 
 def imp_metrics(
-    sim: Any, caption_image: Any, difficulty: Any, *, ks: Sequence[int] = (1, 5, 10)
+    sim: Any,
+    caption_image: Any,
+    difficulty: Any,
+    *,
+    ks: Sequence[int] = (1, 5, 10),
+    discarded_image: Any | None = None,
+    discarded_scores: Any | None = None,
 ) -> dict[str, float]:
     """Per-difficulty retrieval (IMP Table 4) and AUPRC (IMP Table 5), with the split's counts."""
     diff = np.asarray(difficulty, dtype=np.int64).ravel()
     out = difficulty_retrieval(sim, caption_image, diff, ks=ks)
-    out.update(difficulty_auprc(sim, caption_image, diff))
+    out.update(difficulty_auprc(sim, caption_image, diff, discarded_image, discarded_scores))
     for code, name in enumerate(DIFFICULTIES):
         out[f"{name}/n_pairs"] = float((diff == code).sum())
     out["unlabelled/n_pairs"] = float((diff == UNLABELLED).sum())

@@ -11,10 +11,11 @@ import logging
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 
 from training.evaluation.config import EvalConfig
-from training.evaluation.types import EncodedSplit, SplitLabels
+from training.evaluation.types import DiscardedTexts, EncodedSplit, SplitLabels
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,46 @@ def split_labels(export_dir: str, split: str) -> SplitLabels:
         prompts=[str(t) for t in prompts["text"]],
         prompt_image=np.array([row_of[str(i)] for i in prompts["image_id"]], dtype=np.int64),
         prompt_lens=prompts["_l"].to_numpy(dtype=np.int64),
+    )
+
+
+def discarded_captions(export_dir: str, build_run: str | None, labels: SplitLabels) -> DiscardedTexts:
+    """Captions of the split's images that a validator discarded, with their texts.
+
+    The export's `rejections.parquet` names them (stage validate or visual_validate, reason
+    validator_discarded) without their text, which the build run's generate stage holds
+    (`build_run`, default the export folder's parent). Missing files give no texts and a note.
+    """
+    from lenses_data import io
+    from lenses_data.schemas import LensText
+    from lenses_data.stages.validate import STAGE, VALIDATOR_DISCARDED
+    from lenses_data.stages.visual_validate import STAGE as VISUAL_STAGE
+    from training.retriever.lenses import lens_index
+
+    def none(note: str) -> DiscardedTexts:
+        return DiscardedTexts([], np.zeros(0, np.int64), np.zeros(0, np.int64), note)
+
+    table = Path(export_dir) / "rejections.parquet"
+    if not table.is_file():
+        return none(f"no {table}")
+    rej = pd.read_parquet(table, columns=["stage", "record_id", "reason", "image_id"])
+    row_of = {i: r for r, i in enumerate(labels.image_ids)}
+    rej = rej[rej["stage"].isin((STAGE, VISUAL_STAGE)) & (rej["reason"] == VALIDATOR_DISCARDED)]
+    rej = rej[rej["image_id"].astype(str).isin(row_of)]
+    run = Path(build_run) if build_run else Path(export_dir).resolve().parent
+    if rej.empty or not io.stage_shards(run, "generate", require_complete=False):
+        return none(f"{len(rej)} discarded texts of this split in {table}; generate stage of {run}: "
+                    f"{'not needed' if rej.empty else 'not found'}")  # fmt: skip
+    texts = io.read_stage(run, "generate", LensText, require_complete=False)
+    texts = texts[texts["kind"] == "caption"].drop_duplicates("text_id").set_index("text_id")
+    found = rej[rej["record_id"].isin(texts.index)].sort_values(["image_id", "record_id"])
+    rows = texts.loc[found["record_id"]]
+    return DiscardedTexts(
+        [str(t) for t in rows["text"]],
+        np.array([row_of[str(i)] for i in found["image_id"]], dtype=np.int64),
+        np.array([lens_index(str(x)) for x in rows["lens"]], dtype=np.int64),
+        f"{len(found)} discarded captions from {table} with texts from {run} "
+        f"({len(rej) - len(found)} discarded texts not captions or not in the generate stage)",
     )
 
 

@@ -8,9 +8,13 @@ R@k for each of the five lenses." Here, for lens c:
   the image's c-slots against the caption's c-slot; an image without a c-slot falls back to
   the global cosine when `fallback` is on (as Eq. 4 does for pairs without a shared lens, and
   as main Table 6 states: "slot-masked similarity with global fallback");
-- I->T: queries = images with a lens-c caption; gallery = captions whose c text slot is
-  active (all captions at inference, `text_slots: all`; the lens-c captions under
-  `text_slots: label`); hits = the image's lens-c captions;
+- I->T: queries = images with a lens-c caption; gallery = captions "whose c-slot is active"
+  under the paper's text mask m^T, which is 1 "only for the category token that matches the
+  caption label" (Sec. 3.3): the lens-c captions (`gallery="label"`, the default). Table 2
+  agrees: its zero-shot CLIP row has Literal I->T R@1 46.25 above All 8.88, impossible if the
+  Literal queries ranked the whole caption pool. `gallery="active"` reads "active" from the
+  inference mask instead (`txt_slot_lens`; with all five slots on, every caption);
+  hits = the image's lens-c captions;
 - T->I: queries = lens-c captions (their c-slot); gallery = all images; hit = its image;
 - without fallback, an image with no c-slot cannot be matched: its I->T query and the T->I
   queries of its lens-c captions count as misses, and in galleries it sits at the floor score,
@@ -23,7 +27,7 @@ and by blocks of query columns for T->I, so every ranking uses values of a singl
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -48,6 +52,7 @@ from training.evaluation.ranking import (
 from training.evaluation.scoring import all_lens_text_slots, score_one_lens, text_active
 
 MISS = np.iinfo(np.int64).max  # rank of a query that cannot be matched: beyond every K
+SlotGallery = Literal["label", "active"]
 
 
 class LensSlotMatrix:
@@ -168,6 +173,21 @@ def lens_slot_recall(
     return out
 
 
+def slot_galleries(
+    caption_lens: Any, txt_slot_lens: torch.Tensor | None, n_txt: int, gallery: SlotGallery
+) -> np.ndarray:
+    """[n_txt, 5] bool: caption n is in the lens-c gallery ("label": its lens is c; "active": its
+    c text slot is on in txt_slot_lens, None = all five)."""
+    if gallery == "label":
+        cl = np.asarray(caption_lens, dtype=np.int64).ravel()
+        if len(cl) != n_txt:
+            raise ValueError(f"{len(cl)} caption lenses for {n_txt} captions")
+        return cl[:, None] == np.arange(N_LENSES)[None, :]
+    if gallery == "active":
+        return text_active(all_lens_text_slots(n_txt) if txt_slot_lens is None else txt_slot_lens).numpy()
+    raise ValueError(f"lens-slot gallery must be 'label' or 'active', got {gallery!r}")
+
+
 def lens_slot_metrics(
     img_slots: torch.Tensor,
     img_slot_lens: torch.Tensor,
@@ -178,6 +198,7 @@ def lens_slot_metrics(
     caption_lens: Any,
     *,
     txt_slot_lens: torch.Tensor | None = None,
+    gallery: SlotGallery = "label",
     alpha: float = 16.0,
     denominator: float = 2.0,
     fallback: bool = True,
@@ -186,9 +207,13 @@ def lens_slot_metrics(
     ks: Sequence[int] = (1, 5, 10),
     max_chunk_bytes: int = DEFAULT_CHUNK_BYTES,
 ) -> dict[str, float]:
-    """The lens-slot protocol from slot encodings (txt_slot_lens: None = all five slots active)."""
-    n_txt = txt_slots.shape[0]
-    active = text_active(all_lens_text_slots(n_txt) if txt_slot_lens is None else txt_slot_lens).numpy()
+    """The lens-slot protocol from slot encodings.
+
+    img_slots [n_img, S, d], img_slot_lens [n_img, S], img_global [n_img, d], txt_slots
+    [n_txt, 5, d], txt_global [n_txt, d]. gallery: "label" = the lens-c captions (the paper's
+    m^T); "active" = captions whose c slot is on in txt_slot_lens [n_txt, 5] (None = all five).
+    """
+    active = slot_galleries(caption_lens, txt_slot_lens, txt_slots.shape[0], gallery)
     matrices = [
         LensSlotMatrix(
             img_slots,

@@ -21,7 +21,8 @@ from training.evaluation.markdown import table as _table
 from training.evaluation.paper_tables import paper_tables_markdown
 
 PROTOCOL_TITLES = {
-    "lens_slot": "lens-specific slot retrieval, lens-c slots only (main Sec. 4.2)",
+    "lens_slot": "lens-specific slot retrieval, lens-c slots only, I→T gallery per `metrics.lens_slot_gallery` "
+    "(default: the lens-c captions; main Sec. 4.2)",
     "lens_gallery": "full score, gallery of lens-c captions",
     "full_gallery": "full score, full gallery (supp. per-category R@K)",
 }

@@ -17,11 +17,11 @@ import numpy as np
 import torch
 
 from training.baselines.global_only import global_scores
-from training.baselines.lora_clip.metrics import figurative_metrics
 from training.evaluation.ablations import SIMILARITY_VARIANTS, similarity_ablation_scores, text_only_retrieval
 from training.evaluation.config import EvalConfig
+from training.evaluation.external_runs import external_benchmarks
 from training.evaluation.harnesses import add_harness_results, harness_systems
-from training.evaluation.imp_metrics import imp_metrics
+from training.evaluation.imp_discarded import imp_by_system, run_negatives
 from training.evaluation.imp_split import difficulty_codes
 from training.evaluation.inputs import (
     global_only_scores,
@@ -71,7 +71,8 @@ def _lens_slot(enc: EncodedSplit, cfg: EvalConfig, txt_lens: torch.Tensor, overa
     s = cfg.scoring
     per_lens = lens_slot_metrics(
         enc.img_slots, enc.img_slot_lens, enc.img_global, enc.txt_slots, enc.txt_global,
-        enc.caption_image, enc.caption_lens, txt_slot_lens=txt_lens, alpha=s.alpha,
+        enc.caption_image, enc.caption_lens, txt_slot_lens=txt_lens,
+        gallery=cfg.metrics.lens_slot_gallery, alpha=s.alpha,
         denominator=s.denominator, fallback=s.fallback, image_chunk=s.image_chunk, text_chunk=s.text_chunk,
         ks=cfg.metrics.ks, max_chunk_bytes=cfg.metrics.max_chunk_bytes,
     )  # fmt: skip
@@ -89,11 +90,13 @@ def evaluate_encoded(
     cfg: EvalConfig,
     extra_systems: dict[str, np.ndarray] | None = None,
     difficulty: np.ndarray | None = None,
+    discarded: tuple[np.ndarray, dict[str, np.ndarray]] | None = None,
 ) -> dict[str, Any]:
     """Every metric of the lens model (and of extra systems' score matrices) on one split.
 
     difficulty: IMP code per caption (0 easy, 1 medium, 2 hard, -1 none) for the per-difficulty
-    metrics of every system (`results["imp"]`), or None to skip them.
+    metrics of every system (`results["imp"]`), or None to skip them. discarded: the AUPRC
+    negatives, see `training.evaluation.imp_discarded.imp_by_system`.
     """
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -115,9 +118,7 @@ def evaluate_encoded(
     if difficulty is not None:
         t0 = time.perf_counter()
         ks = cfg.metrics.ks
-        imp = {
-            name: imp_metrics(sim, enc.caption_image, difficulty, ks=ks) for name, sim in all_scores.items()
-        }
+        imp = imp_by_system(all_scores, enc.caption_image, difficulty, ks, discarded)
         timings["metrics_imp"] = time.perf_counter() - t0
     if "lens_slot" in systems:
         t0 = time.perf_counter()
@@ -200,64 +201,6 @@ def write_outputs(results: dict[str, Any], out_dir: str | Path) -> dict[str, Pat
     return write_reports(results, out_dir)
 
 
-def _external(cfg: EvalConfig, clip_bundle) -> tuple[dict[str, dict[str, Any]], dict[str, Any] | None]:
-    """(ArtEmis retrieval and IRFL detection with the zero-shot open_clip baseline, seed 004's IRFL table).
-
-    The lens model encodes images together with their image-side prompts, which these datasets
-    do not have, so only prompt-free scorers are run on them here.
-    """
-    if not (cfg.external.artemis or cfg.external.irfl):
-        return {}, None
-    if clip_bundle is None and cfg.external.irfl:
-        raise ValueError("IRFL needs baselines.open_clip.enabled (the prompt-free scorer)")
-    from training.external.artemis import read_artemis
-
-    out: dict[str, dict[str, Any]] = {}
-    if cfg.external.artemis and clip_bundle is not None:  # every system's ArtEmis rows: results["artemis"]
-        a = cfg.external.artemis
-        ds = read_artemis(a.csv, a.wikiart_dir, on_missing=a.on_missing, split=a.split)
-        sim = open_clip_scores(clip_bundle, cfg, ds.image_paths, ds.texts)
-        m = retrieval_metrics(sim, ds.caption_image, ds.caption_lens, ks=cfg.metrics.ks)
-        out["ArtEmis (zero-shot open_clip)"] = {
-            **{k: v for k, v in m.items() if k.startswith("all/")},
-            "n_rejected_rows": float(len(ds.rejections)),
-        }
-    if not cfg.external.irfl:
-        return out, None
-    irfl, table = _irfl(cfg, clip_bundle)
-    return {**out, **irfl}, table
-
-
-def _irfl(cfg: EvalConfig, clip_bundle) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
-    """(per CSV: zero-shot open_clip metrics, seed 004's IRFL table of every system over all CSVs)."""
-    from training.evaluation.figurative import (
-        LORA_CLIP,
-        ZERO_SHOT,
-        irfl_table,
-        lora_clip_scores,
-        read_irfl_items,
-    )
-
-    task, per_item = read_irfl_items(cfg.external.irfl)
-    zero_shot = open_clip_scores(clip_bundle, cfg, task.image_paths, task.phrases).T  # [n_phrases, n_images]
-    scores = {ZERO_SHOT: zero_shot}
-    lc = cfg.baselines.lora_clip
-    if lc.adapter_dir is not None:
-        scores[LORA_CLIP] = lora_clip_scores(lc, task.image_paths, task.phrases)
-    reasons = {LORA_CLIP: "baselines.lora_clip.adapter_dir not set (train with `lenses train-lora-clip`)"}
-    out: dict[str, dict[str, Any]] = {}
-    row, col = 0, 0
-    for stem, item_task in per_item.items():  # the pooled task keeps each CSV's rows and images in order
-        rows, cols = len(item_task.phrases), len(item_task.image_paths)
-        sim = scores[ZERO_SHOT][row : row + rows, col : col + cols]
-        out[f"IRFL {stem} (zero-shot open_clip)"] = {
-            **figurative_metrics(item_task, sim),
-            "n_rejected_rows": float(len(item_task.rejections)),
-        }
-        row, col = row + rows, col + cols
-    return out, irfl_table(task, scores, reasons)
-
-
 def run_evaluation(cfg: EvalConfig) -> tuple[dict[str, Any], dict[str, Path]]:
     """Encode (or read encodings), score, compute every metric and write the reports."""
     labels = split_labels(cfg.export_dir, cfg.split)
@@ -270,6 +213,7 @@ def run_evaluation(cfg: EvalConfig) -> tuple[dict[str, Any], dict[str, Path]]:
     elif cfg.baselines.global_only_checkpoint:  # encoded here from the checkpoint instead
         extra["Global-only fine-tuned"] = fine_tuned_scores(cfg.baselines.global_only_checkpoint, labels)
     clip_bundle, open_clip_entry = None, None
+    scorers = {MAIN_SYSTEM: ("lens", None)}  # the systems that can score IMP's discarded texts
     if cfg.baselines.open_clip.enabled:
         clip_bundle = open_clip_model(cfg)
         oc = cfg.baselines.open_clip
@@ -277,18 +221,21 @@ def run_evaluation(cfg: EvalConfig) -> tuple[dict[str, Any], dict[str, Path]]:
         name = f"Zero-shot open_clip ({Path(oc.model_config_path).stem if oc.model_config_path else oc.model_name}, {weights})"
         extra[name] = open_clip_scores(clip_bundle, cfg, labels.image_paths, labels.captions)
         open_clip_entry = (name, clip_bundle)
+        scorers[name] = ("open_clip", clip_bundle)
     clip_systems, clip_meta = harness_systems(cfg, labels)  # supp. Table 9's fine-tuned CLIP
     extra.update(clip_systems)
     zero_shot, unavailable = zero_shot_systems(cfg.baselines.zero_shot, labels.image_paths, labels.captions)
     extra.update(zero_shot)  # the zero-shot rows of main Table 2, by their paper names
     difficulty, imp_summary = difficulty_codes(cfg, labels) if cfg.imp is not None else (None, None)
-    results = evaluate_encoded(enc, cfg, extra, difficulty)
+    negatives, negatives_meta = run_negatives(cfg, labels, enc, source.get("checkpoint"), scorers)
+    results = evaluate_encoded(enc, cfg, extra, difficulty, negatives)
     add_paper_results(results, cfg, labels, source, unavailable, evaluate_encoded, enc.txt_global)
     add_harness_results(results, cfg, labels, source, evaluate_encoded)  # main Table 6, supp. Tables 6-7
     results["meta"].update(clip_meta)
     if imp_summary is not None:
         results["meta"]["imp_split"] = imp_summary
-    results["external"], irfl = _external(cfg, clip_bundle)
+    results["meta"]["imp_negatives"] = negatives_meta  # None without imp.negatives: discarded
+    results["external"], irfl = external_benchmarks(cfg, clip_bundle)
     if irfl is not None:
         results["irfl"] = irfl
     results.update(karpathy_benchmarks(cfg, source, open_clip_entry))  # supp. Tables 1-2

@@ -46,3 +46,13 @@ class EncodedSplit:
     prompt_global: torch.Tensor | None = None
     prompt_image: np.ndarray | None = None
     prompt_lens: np.ndarray | None = None
+
+
+@dataclass
+class DiscardedTexts:
+    """Captions of the split's images that the build's validators discarded (IMP negatives)."""
+
+    texts: list[str]
+    image: np.ndarray  # [k] image row (SplitLabels order) of each text
+    lens: np.ndarray  # [k] lens index of each text
+    note: str  # where they came from, or why there are none

@@ -3,6 +3,8 @@
 Exact strings (lens mode; `</s>` is the tokenizer's EOS, BOS is added by the tokenizer):
   image:   f"{instruct}{image_task} <image> {p_1}<PROMPT> {p_2}<PROMPT> ... {p_Z}<PROMPT></s>"
   caption: f"{instruct}{caption_task} {t} <LITERAL><FIGURATIVE><ABSTRACT><BACKGROUND><EMOTIONAL></s>"
+Token-only images (`data.prompt_density: none`, z = 0) put each slot's lens token in place of
+its prompt: f"... <image> <LITERAL><PROMPT> <EMOTIONAL><PROMPT></s>" (training.loop.prompts).
 Global-only baseline mode drops the prompts and the lens tags:
   image:   f"{instruct}{image_task} <image></s>"      caption: f"{instruct}{caption_task} {t}</s>"
 """
@@ -13,7 +15,7 @@ import logging
 
 import torch
 
-from training.loop.prompts import fit_to_token_limit, select_prompts
+from training.loop.prompts import fit_to_token_limit, select_prompts, token_only_query
 from training.retriever.config import DataConfig
 from training.retriever.lenses import INACTIVE, LENS_TOKENS, NEW_TOKENS, PROMPT_TOKEN
 
@@ -54,6 +56,12 @@ class Collator:
             if queries
             else f"{self.prefix_img}{self.tok.eos_token}"
         )
+
+    def slot_queries(self, prompts: list[tuple[str, int]]) -> list[str]:
+        """The query text before each `<PROMPT>`: the cleaned prompt, or (z = 0) the lens token."""
+        if self.lens_mode and self.cfg.prompt_density == "none":
+            return [token_only_query(c) for _, c in prompts]
+        return [self.clean(t) for t, _ in prompts]
 
     def caption_text(self, text: str) -> str:
         tags = " " + "".join(LENS_TOKENS) if self.lens_mode else ""
@@ -102,11 +110,11 @@ class Collator:
         }
 
     def _encode_images(self, pil_images: list, prompt_lists: list[list[tuple[str, int]]]):
-        texts = [self.image_text([self.clean(t) for t, _ in p]) for p in prompt_lists]
+        texts = [self.image_text(self.slot_queries(p)) for p in prompt_lists]
         return self.processor(text=texts, images=pil_images, return_tensors="pt", padding=True)
 
     def _text_tokens(self, prompts: list[tuple[str, int]]) -> int:
-        text = self.image_text([self.clean(t) for t, _ in prompts])
+        text = self.image_text(self.slot_queries(prompts))
         return len(self.tok(text, add_special_tokens=True)["input_ids"])
 
     def _fit(self, pil_images: list, prompt_lists: list, enc) -> tuple[list, int, int]:

@@ -2,9 +2,11 @@
 
 - `select_prompts` thins an image's prompt list for the prompt-density ablation: `all` keeps
   every prompt (z > 1, the paper's model), `top1` the first prompt of each lens (z = 1), `none`
-  no prompt at all (z = 0, token-only: the image input carries no `<PROMPT>` slot, so every
-  score falls back to the global embedding). Prompts arrive ordered by lens then text id, so
-  "first" is the lowest text id of the lens: the export has no prompt score to rank by.
+  no prompt text (z = 0, token-only: "relying solely on learned lens tokens", supp. Sec. 4): one
+  slot per lens of the image, whose query is that lens's learned token instead of a prompt
+  (`<LITERAL><PROMPT>`; the collator writes it, `token_only_query`), so the image keeps the lens
+  slots of z = 1 and only the prompt text is gone. Prompts arrive ordered by lens then text id,
+  so "first" is the lowest text id of the lens: the export has no prompt score to rank by.
 - `fit_to_token_limit` enforces the supplementary's "maximum sequence length of 3,500 tokens"
   for image inputs (Sec. 7) by truncation, as the paper truncates captions: the image input is
   cut at the end, but only at a prompt boundary, so every kept `<PROMPT>` slot keeps its whole
@@ -18,8 +20,26 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
+from training.retriever.lenses import LENS_TOKENS
+
 PromptDensity = Literal["all", "top1", "none"]
 Prompt = tuple[str, int]  # (text, lens index)
+TOKEN_ONLY = ""  # text of a z = 0 slot: the collator puts the lens token in its place
+
+
+def token_only_query(lens: int) -> str:
+    """The query of a z = 0 slot of `lens`: its learned lens token (the `<PROMPT>` follows it)."""
+    return LENS_TOKENS[lens]
+
+
+def _first_per_lens(prompts: list[Prompt]) -> list[Prompt]:
+    seen: set[int] = set()
+    out = []
+    for text, lens in prompts:
+        if lens not in seen:
+            seen.add(lens)
+            out.append((text, lens))
+    return out
 
 
 def select_prompts(prompts: list[Prompt], density: PromptDensity) -> list[Prompt]:
@@ -27,15 +47,9 @@ def select_prompts(prompts: list[Prompt], density: PromptDensity) -> list[Prompt
     if density == "all":
         return list(prompts)
     if density == "none":
-        return []
+        return [(TOKEN_ONLY, lens) for _, lens in _first_per_lens(prompts)]
     if density == "top1":
-        seen: set[int] = set()
-        out = []
-        for text, lens in prompts:
-            if lens not in seen:
-                seen.add(lens)
-                out.append((text, lens))
-        return out
+        return _first_per_lens(prompts)
     raise ValueError(f"unknown prompt density {density!r}; expected all, top1 or none")
 
 

@@ -114,8 +114,10 @@ class LossConfig(_Section):
     div_margin: float = Field(default=0.5, description="Not given in the paper (alpha in [0, 1] of Eq. 9)")
     lambda_slot: float = 0.05
     lambda_div: float = 0.01
-    slot_pairs: Literal["positive", "all"] = Field(
-        default="positive", description="S+ of Eq. 8 over matched pairs"
+    slot_pairs: Literal["all", "positive"] = Field(
+        default="all",
+        description="S+ of Eq. 8: all = every (b, n) pair of the batch with a same-lens slot (the "
+        "paper's definition); positive = matched pairs only",
     )
 
 

@@ -59,6 +59,21 @@ def retrieval_loss(
     return i2t + t2i
 
 
+def slot_loss_pairs(img_ids: torch.Tensor, txt_img_ids: torch.Tensor, mode: str = "all") -> torch.Tensor:
+    """The (image, caption) index pairs [P, 2] long that Eq. 8's S+ is drawn from.
+
+    "all": every pair (b, n) of the batch, the paper's S+ ("the set of pairs (b, n) for which
+    there exists at least one same-lens visual slot"; `caption_slot_loss` drops the pairs
+    without one). "positive": matched pairs only (txt_img_ids[n] == img_ids[b]).
+    """
+    pos = positive_mask(img_ids, txt_img_ids)  # [n_img, n_txt]
+    if mode == "all":
+        return torch.ones_like(pos).nonzero()
+    if mode == "positive":
+        return pos.nonzero()
+    raise ValueError(f"slot pairs must be 'all' or 'positive', got {mode!r}")
+
+
 def caption_slot_loss(
     img_slots: torch.Tensor,
     img_slot_lens: torch.Tensor,
@@ -78,10 +93,12 @@ def caption_slot_loss(
     """
     if pairs.numel() == 0:
         return _zero_like_graph(img_slots, txt_slots)
-    v = F.normalize(img_slots.float(), dim=-1)[pairs[:, 0]]  # [P, S_i, d]
-    u = F.normalize(txt_slots.float(), dim=-1)[pairs[:, 1]]  # [P, S_t, d]
+    v = F.normalize(img_slots.float(), dim=-1)  # [n_img, S_i, d]
+    u = F.normalize(txt_slots.float(), dim=-1)  # [n_txt, S_t, d]
+    # Every slot cosine once, then the pairs' rows: gathering [P, S, d] per pair would cost
+    # P x S x d floats, gigabytes when S+ is every pair of a multi-GPU batch.
+    cos = torch.einsum("bsd,njd->bnjs", v, u)[pairs[:, 0], pairs[:, 1]]  # [P, S_t, S_i]
     v_lens, u_lens = img_slot_lens[pairs[:, 0]], txt_slot_lens[pairs[:, 1]]  # [P, S_i], [P, S_t]
-    cos = torch.einsum("psd,pjd->pjs", v, u)  # [P, S_t, S_i]
     img_active = (v_lens >= 0)[:, None, :]  # [P, 1, S_i]
     same = (
         img_active & (v_lens[:, None, :] == u_lens[:, :, None]) & (u_lens >= 0)[:, :, None]

@@ -25,6 +25,7 @@ from training.retriever.losses import (
     positive_mask,
     retrieval_losses,
     slot_diversity_loss,
+    slot_loss_pairs,
     total_loss,
 )
 from training.retriever.similarity import global_similarity, lens_similarity_with_details
@@ -224,7 +225,7 @@ class LensRetriever(nn.Module):
         )  # fmt: skip
         i2t, t2i = retrieval_losses(details.scores, g["img_ids"], g["txt_img_ids"], c.tau)
         pos = positive_mask(g["img_ids"], g["txt_img_ids"])
-        pairs = pos.nonzero() if c.slot_pairs == "positive" else torch.ones_like(pos).nonzero()
+        pairs = slot_loss_pairs(g["img_ids"], g["txt_img_ids"], c.slot_pairs)
         slot = caption_slot_loss(
             g["img_slots"], g["img_slot_lens"], g["txt_slots"], g["txt_slot_lens"], pairs, c.tau_s
         )

@@ -15,6 +15,8 @@ from training.evaluation.imp_metrics import (
     difficulty_auprc,
     difficulty_retrieval,
     imp_metrics,
+    imp_negatives,
+    negative_pair_scores,
     shifted_negatives,
     vote_difficulty,
 )
@@ -108,6 +110,29 @@ def test_auprc_per_difficulty_with_shifted_negatives():
     assert m["hard/AUPRC"] == pytest.approx(0.5)  # 0.2 behind the 0.5 negative
     assert m["all/AUPRC"] == pytest.approx((1 + 1 + 3 / 4 + 4 / 5) / 4)  # 0.9 0.8 | 0.5 | 0.3 0.2
     assert m["n_negatives"] == 3
+
+
+def test_auprc_negatives_are_the_same_images_discarded_texts_with_fallback_counted():
+    """Images 0 and 2 have texts the validators discarded (IMP's rejected captions of the same
+    image); image 1 has none and falls back to the shifted stand-in, caption 2 (score 0.0)."""
+    sim = np.array([[0.9, 0.2, 0.0, 0.5], [0.4, 0.0, 0.0, 0.8], [0.0, 0.1, 0.3, 0.0]])
+    ci, diff = [0, 0, 2, 1], [EASY, HARD, EASY, MEDIUM]
+    discarded_image = [2, 0, 0]  # image 0's first discarded text is index 1
+    discarded_scores = [0.35, 0.85, 0.1]  # each discarded text against its own image
+    neg = imp_negatives(ci, discarded_image)
+    assert neg.images.tolist() == [0, 1, 2] and neg.discarded.tolist() == [1, -1, 0]
+    m = difficulty_auprc(sim, ci, diff, discarded_image, discarded_scores)
+    assert (m["n_negatives"], m["n_negatives_discarded"], m["n_negatives_shifted"]) == (3, 2, 1)
+    # negatives 0.85 (image 0), 0.0 (image 1, shifted), 0.35 (image 2)
+    # easy 0.9, 0.3: ranked + - - + -, AP = (1 + 2/4) / 2 (0.83 with the shifted negatives alone)
+    assert m["easy/AUPRC"] == pytest.approx(0.75)
+    assert m["medium/AUPRC"] == pytest.approx(0.5)  # 0.8 behind 0.85
+    assert m["hard/AUPRC"] == pytest.approx(1 / 3)  # 0.2 behind 0.85 and 0.35
+    old = difficulty_auprc(sim, ci, diff)  # no discarded texts: every negative falls back
+    assert old["n_negatives_discarded"] == 0 and old["n_negatives_shifted"] == 3
+    assert old["easy/AUPRC"] == pytest.approx(5 / 6)
+    with pytest.raises(ValueError, match="discarded_scores"):
+        negative_pair_scores(sim, neg, None)
 
 
 def test_imp_metrics_leave_unlabelled_pairs_out():

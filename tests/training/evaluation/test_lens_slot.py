@@ -133,16 +133,15 @@ def encodings(seed, one_hot, n_img=10, n_slots=5, n_cap=33, dim=6):
     )
 
 
-@pytest.mark.parametrize("text_slots", ["all", "label"])
+@pytest.mark.parametrize("text_slots,gallery", [("all", "active"), ("label", "active"), ("all", "label")])
 @pytest.mark.parametrize("fallback", [True, False])
 @pytest.mark.parametrize("seed,one_hot", [(0, False), (1, True), (2, True)])
-def test_lens_slot_metrics_match_loop_from_slots(seed, one_hot, fallback, text_slots):
+def test_lens_slot_metrics_match_loop_from_slots(seed, one_hot, fallback, text_slots, gallery):
     (v, v_lens, gv, u, gu), cap_img, cap_lens = encodings(seed, one_hot)
     txt_lens = None if text_slots == "all" else label_text_slots(cap_lens)
     n_img, n_cap = len(v), len(u)
-    galleries = [
-        list(range(n_cap)) if text_slots == "all" else np.nonzero(cap_lens == c)[0] for c in range(5)
-    ]
+    whole = text_slots == "all" and gallery == "active"  # every caption's c slot is on
+    galleries = [list(range(n_cap)) if whole else np.nonzero(cap_lens == c)[0] for c in range(5)]
     sims = [
         [
             [reference_pair_score(v[i], v_lens[i], gv[i], u[j, c], gu[j], c, fallback) for j in gal]
@@ -153,10 +152,13 @@ def test_lens_slot_metrics_match_loop_from_slots(seed, one_hot, fallback, text_s
     has_slot = [[bool((v_lens[i] == c).any()) for i in range(n_img)] for c in range(5)]
     want = reference_lens_slot(sims, cap_img, cap_lens, galleries, has_slot, fallback)
     got = lens_slot_metrics(
-        v, v_lens, gv, u, gu, cap_img, cap_lens, txt_slot_lens=txt_lens, fallback=fallback,
-        image_chunk=3, text_chunk=4, ks=KS, max_chunk_bytes=1,
+        v, v_lens, gv, u, gu, cap_img, cap_lens, txt_slot_lens=txt_lens, gallery=gallery,
+        fallback=fallback, image_chunk=3, text_chunk=4, ks=KS, max_chunk_bytes=1,
     )  # fmt: skip
     assert_same(got, want)
+    if gallery == "label":  # the paper's gallery is the default
+        kw = dict(txt_slot_lens=txt_lens, fallback=fallback, ks=KS)
+        assert_same(lens_slot_metrics(v, v_lens, gv, u, gu, cap_img, cap_lens, **kw), want)
     assert got["literal/i2t/n_without_slot"] >= 1  # image 0 has no slot at all
     if one_hot:  # exact ties are present, so the tie rule was exercised
         assert any(len(set(row)) < len(row) for lens_sims in sims for row in lens_sims)
@@ -236,3 +238,38 @@ def test_blocks_follow_the_chunk_budget():
     sizes = [s for w in wrapped for s in w.sizes]
     assert max(n for kind, n in sizes if kind == "rows") == 7
     assert max(n for kind, n in sizes if kind == "columns") == 35
+
+
+def test_three_per_lens_protocols_by_hand():
+    """Literal I->T R@1 of one tiny split under each protocol, each computed by hand.
+
+    Captions: c0 (image 0, Literal), c1 (image 0, Figurative), c2 (image 1, Literal),
+    c3 (image 1, Figurative). Full score (Eq. 4) rows: image 0 (0.5, 0.9, 0.6, 0.1),
+    image 1 (0.2, 0.3, 0.4, 0.8). Literal slot scores, rows: image 0 (0.7, 0.95, 0.3, 0.2),
+    image 1 (0.1, 0.2, 0.9, 0.95).
+    - full_gallery: image 0's top caption is c1, image 1's c3, neither Literal: 0%.
+    - lens_gallery (c0, c2 only, full score): image 0 prefers c2 (0.6 > 0.5), a miss; image 1
+      prefers c2 (0.4 > 0.2), a hit: 50%.
+    - lens_slot, paper gallery (lens-c captions c0, c2; Literal slots): image 0 c0 0.7 > 0.3,
+      image 1 c2 0.9 > 0.1: 100%.
+    - lens_slot, every caption's slot active: image 0's top is c1 (0.95), image 1's c3 (0.95): 0%.
+    """
+    cap_img, cap_lens = np.array([0, 0, 1, 1]), np.array([0, 1, 0, 1])
+    full = np.array([[0.5, 0.9, 0.6, 0.1], [0.2, 0.3, 0.4, 0.8]], np.float32)
+    literal = np.array([[0.7, 0.95, 0.3, 0.2], [0.1, 0.2, 0.9, 0.95]], np.float32)
+    key = "literal/i2t/R@1"
+    assert retrieval_metrics(full, cap_img, cap_lens, ks=(1,), protocol="full_gallery")[key] == 0.0
+    assert retrieval_metrics(full, cap_img, cap_lens, ks=(1,), protocol="lens_gallery")[key] == 50.0
+    figurative = np.zeros((2, 4), np.float32)  # not under test: any matrix of the right shape
+    others = [np.zeros((2, 0), np.float32)] * 3
+    has_slot = [np.ones(2, bool)] * 5
+
+    def slot_recall(galleries):
+        mats = [literal[:, galleries[0]], figurative[:, galleries[1]], *others]
+        return lens_slot_recall(mats, cap_img, cap_lens, galleries, has_slot, ks=(1,))[key]
+
+    empty = [np.zeros(0, np.int64)] * 3
+    paper = [np.array([0, 2]), np.array([1, 3]), *empty]
+    assert slot_recall(paper) == 100.0
+    every = [np.arange(4), np.arange(4), *empty]
+    assert slot_recall(every) == 0.0

@@ -36,8 +36,13 @@ def test_paper_tables_place_numbers_and_mark_missing_rows():
     results["variants"] = {"density_z0": {p: s[MAIN_SYSTEM] for p, s in variant["systems"].items()}}
     report = "\n\n".join(paper_tables_markdown(results))
     main = results["systems"]["lens_gallery"][MAIN_SYSTEM]
+    slot = results["systems"]["lens_slot"][MAIN_SYSTEM]
+    # Lens models read per lens by their lens-c slots (main Sec. 4.2), the full score beside them
     lenses = _cells(_line(report, "| Lenses |"))
-    assert lenses[1] == f"{main['literal/i2t/R@1']:.2f}" and lenses[-2] == f"{main['all/t2i/R@5']:.2f}"
+    assert lenses[1] == f"{slot['literal/i2t/R@1']:.2f}" and lenses[-2] == f"{main['all/t2i/R@5']:.2f}"
+    assert lenses[-1] == "`lens_slot`"
+    beside = _cells(_line(report, "| Lenses, full score |"))
+    assert beside[1] == f"{main['literal/i2t/R@1']:.2f}" and beside[-1].startswith("`lens_gallery`")
     blip_row = _cells(_line(report, "| BLIP-2 |"))
     assert blip_row[1] == f"{results['systems']['lens_gallery']['BLIP-2']['literal/i2t/R@1']:.2f}"
     assert "unavailable: needs remote code" in _line(report, "| Jina-v4 |")
@@ -49,8 +54,9 @@ def test_paper_tables_place_numbers_and_mark_missing_rows():
     assert _cells(_line(report, "| 3 | ✓ | ✓ | ✓ |"))[4] == f"{main['RSUM']:.1f}"
     assert "not run: variants entry with role loss_ret" in _line(report, "| 1 | ✓ |")
     # supp. Table 5: z=0 from the variant, z=1 missing, z>1 the main model
-    z0 = variant["systems"]["lens_gallery"][MAIN_SYSTEM]
+    z0 = variant["systems"]["lens_slot"][MAIN_SYSTEM]
     assert _cells(_line(report, "| z=0 (Token-Only) |"))[1] == f"{z0['literal/i2t/R@1']:.2f}"
+    assert _cells(_line(report, "| z>1 (All-Prompts) |"))[1] == f"{slot['literal/i2t/R@1']:.2f}"
     assert "not run: variants entry with role density_z1" in _line(report, "| z=1 (Top-1 Prompt) |")
     assert "not run: external.artemis not configured" in report
     assert "unavailable: no loader for OnePiece" not in report  # only in Table 5, absent without ArtEmis

@@ -76,13 +76,41 @@ def test_prompt_density_selects_all_top1_or_no_prompts(tiny_export, tiny_retriev
         first.setdefault(lens, text)
     assert top1 == [(first[c], c) for c in sorted(first)]
     pil = load_image(rich.path, 32)
-    for density, expected in (("all", prompts), ("top1", top1), ("none", [])):
+    for density, expected in (("all", prompts), ("top1", top1), ("none", top1)):
         cfg = {"prompt_density": density, "max_prompts_per_image": 64, "max_image_tokens": 100_000}
         out = _collator(processor, **cfg).images([pil], [prompts])
         slots = [c for c in out["img_slot_lens"][0].tolist() if c >= 0]
         assert slots == [c for _, c in expected]
     with pytest.raises(ValueError, match="unknown prompt density"):
         select_prompts(prompts, "some")
+
+
+def test_token_only_density_keeps_one_lens_token_slot_per_lens_and_no_prompt_text(tiny_retriever):
+    """z = 0 (supp. Table 5, "relying solely on learned lens tokens"): every lens of the image
+    keeps a slot, whose query is the learned lens token; no prompt text reaches the model."""
+    retriever, processor, ids = tiny_retriever
+    pil = load_image_from_skimage()
+    token_only = _collator(
+        processor, prompt_density="none", max_prompts_per_image=64, max_image_tokens=100_000
+    )
+    batch = token_only.images([pil], [PROMPTS])
+    assert batch["img_slot_lens"][0].tolist() == [0, 1, 2, 3, 4]
+    row = batch["img_input_ids"][0][batch["img_attention_mask"][0].bool()].tolist()
+    at_prompt = [i for i, t in enumerate(row) if t == ids.prompt]
+    assert [row[i - 1] for i in at_prompt] == list(ids.lens)  # <LITERAL><PROMPT> ... <EMOTIONAL><PROMPT>
+    text = processor.tokenizer.decode(row)
+    assert "prompt number" not in text
+    bare = token_only.images([pil], [[]])  # an image without prompts has no lens either: no slot
+    assert bare["img_slot_lens"].shape[1] == 0
+    # The encoder reads one slot per lens, so a caption meets a same-lens slot and Eq. 4 does
+    # not fall back to the global cosine (the old z = 0 input had no slot at all).
+    with torch.no_grad():
+        emb = retriever.encode_images(
+            batch["img_input_ids"], batch["img_attention_mask"], batch["pixel_values"],
+            batch["image_sizes"], batch["img_slot_lens"],
+        )  # fmt: skip
+    assert emb.slots.shape[1] == 5 and bool(torch.isfinite(emb.slots).all())
+    assert torch.equal(emb.slot_lens, batch["img_slot_lens"])
 
 
 def test_lens_restricted_records_keep_only_that_lens(tiny_export, caplog):

@@ -13,6 +13,7 @@ from training.retriever.losses import (  # noqa: E402
     retrieval_loss,
     retrieval_losses,
     slot_diversity_loss,
+    slot_loss_pairs,
     total_loss,
 )
 
@@ -80,6 +81,36 @@ def test_caption_slot_loss_hand_computed_with_single_slot_image():
     term_image1 = 0.0  # a single active slot that shares the lens: softmax over one slot is 1
     # pair (0, 1) has no same-lens slot: it is not in S+ and does not count.
     assert loss.item() == pytest.approx((term_image0 + term_image1) / 2, rel=1e-6)
+
+
+def test_eq8_s_plus_defaults_to_every_batch_pair_with_a_same_lens_slot():
+    e1, e2, e3, zero = [1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 0.0]
+    # image 0 (id 10): Literal e1, Figurative e2; image 1 (id 11): one Figurative slot e3.
+    img_slots = _slots([[e1, e2], [e3, zero]])
+    img_lens = torch.tensor([[0, 1], [1, -1]])
+    # caption 0 (of image 0): Figurative slot u; caption 1 (of image 1): Literal slot e1.
+    u = [0.0, 0.6, 0.8]
+    txt_slots = _slots([[zero, u, zero, zero, zero], [e1, zero, zero, zero, zero]])
+    txt_lens = torch.tensor([[-1, 1, -1, -1, -1], [0, -1, -1, -1, -1]])
+    img_ids, txt_img_ids = torch.tensor([10, 11]), torch.tensor([10, 11])
+    tau = 0.5
+    every = slot_loss_pairs(img_ids, txt_img_ids)  # the default is the paper's "pairs (b, n)"
+    assert sorted(map(tuple, every.tolist())) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    matched = slot_loss_pairs(img_ids, txt_img_ids, "positive")
+    assert sorted(map(tuple, matched.tolist())) == [(0, 0), (1, 1)]
+    t00 = _neg_log_softmax([0.0 / tau, 0.6 / tau], 1)  # caption 0 on image 0: its Figurative slot
+    t01 = _neg_log_softmax([1.0 / tau, 0.0 / tau], 0)  # caption 1 (Literal) on image 0's Literal slot
+    t10 = 0.0  # caption 0 on image 1: one active slot, same lens
+    # (1, 1): image 1 has no Literal slot, so the pair is outside S+ in both modes.
+    loss_all = caption_slot_loss(img_slots, img_lens, txt_slots, txt_lens, every, tau_s=tau)
+    assert loss_all.item() == pytest.approx((t00 + t01 + t10) / 3, rel=1e-6)
+    loss_matched = caption_slot_loss(img_slots, img_lens, txt_slots, txt_lens, matched, tau_s=tau)
+    assert loss_matched.item() == pytest.approx(t00, rel=1e-6)
+    with pytest.raises(ValueError, match="slot pairs"):
+        slot_loss_pairs(img_ids, txt_img_ids, "matched")
+    from training.retriever.config import LossConfig
+
+    assert LossConfig().slot_pairs == "all"  # the model's loss uses the paper's S+ unless told
 
 
 def test_caption_slot_loss_zero_without_pairs_keeps_graph():

@@ -1,0 +1,106 @@
+"""IMP AUPRC negatives from the texts the validators discarded: the reader, the pair scores and
+`lenses evaluate` counting which images had one and which fell back to the shifted negatives."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from lenses_data import io  # noqa: E402
+from lenses_data.schemas import LensText, Rejection  # noqa: E402
+from training.evaluation.config import EvalConfig  # noqa: E402
+from training.evaluation.imp_discarded import lens_pair_scores  # noqa: E402
+from training.evaluation.inputs import discarded_captions, split_labels  # noqa: E402
+from training.evaluation.scoring import all_lens_text_slots, score_lens_slots  # noqa: E402
+
+from .test_evaluate import random_split  # noqa: E402
+
+
+def _text(text_id: str, image_id: str, kind: str = "caption", lens: str = "Emotional") -> LensText:
+    return LensText(text_id=text_id, image_id=image_id, kind=kind, lens=lens, text=f"discarded {text_id}",
+                    focus="f", prompt_name="p", prompt_hash="h", model="m", simulated=True)  # fmt: skip
+
+
+def _rejection(text_id: str, image_id: str, stage: str = "validate", reason: str = "validator_discarded"):
+    return Rejection(stage=stage, record_id=text_id, reason=reason, message="m", image_id=image_id)
+
+
+def build_run(tiny_export: Path, root: Path, split: str) -> tuple[Path, dict[str, list[str]]]:
+    """RUN/export (a copy of the tiny export) with rejections.parquet, RUN's generate stage with
+    the texts. Returns the export and {image_id: its discarded caption ids} of `split`."""
+    export = root / "run" / "export"
+    shutil.copytree(tiny_export, export)
+    images = pd.read_parquet(export / "images.parquet")
+    ids = sorted(images[images["split"] == split]["image_id"].astype(str))
+    other = str(images[images["split"] != split]["image_id"].iloc[0])
+    first, second = ids[0], ids[1]
+    texts = [_text("d1", first), _text("d0", first), _text("v1", second), _text("p1", second, "prompt"),
+             _text("x1", other), _text("r1", second)]  # fmt: skip
+    rejections = [_rejection("d1", first), _rejection("d0", first), _rejection("v1", second, "visual_validate"),
+                  _rejection("p1", second), _rejection("x1", other), _rejection("r1", second, "rules", "too_long"),
+                  _rejection("gone", second)]  # fmt: skip
+    io.write_table(export / "rejections.parquet", io.to_table(rejections, Rejection))
+    io.write_shard(root / "run", "generate", 0, texts, LensText)
+    return export, {first: ["d0", "d1"], second: ["v1"]}
+
+
+def test_reader_keeps_the_validators_discarded_captions_of_the_split(tiny_export, tmp_path):
+    export, want = build_run(tiny_export, tmp_path, "test")
+    labels = split_labels(str(export), "test")
+    got = discarded_captions(str(export), None, labels)  # the run is the export folder's parent
+    # prompts, other splits, other stages' reasons and texts missing from generate are left out
+    assert got.texts == [f"discarded {t}" for ids in want.values() for t in ids]
+    assert got.image.tolist() == [labels.image_ids.index(i) for i, ids in want.items() for _ in ids]
+    assert got.lens.tolist() == [4, 4, 4]
+    assert "3 discarded captions" in got.note and "(2 discarded texts not captions" in got.note
+    none = discarded_captions(str(tiny_export), None, labels)  # an export without rejections.parquet
+    assert none.texts == [] and "rejections.parquet" in none.note
+    no_run = discarded_captions(str(export), str(tmp_path / "elsewhere"), labels)
+    assert no_run.texts == [] and "not found" in no_run.note
+
+
+def test_lens_pair_scores_are_the_full_scores_of_each_text_with_its_image():
+    enc = random_split(seed=5)
+    rng = np.random.default_rng(0)
+    k, d = 7, enc.txt_slots.shape[-1]
+    image = rng.integers(0, len(enc.img_global), k)
+    slots, glob = torch.randn(k, 5, d), torch.randn(k, d)
+    cfg = EvalConfig()
+    got = lens_pair_scores(enc, image, slots, glob, all_lens_text_slots(k), cfg)
+    full = score_lens_slots(enc.img_slots, enc.img_slot_lens, enc.img_global, slots, glob)  # [n_img, k]
+    np.testing.assert_allclose(got, full[image, np.arange(k)], atol=1e-6)
+
+
+def test_evaluate_counts_discarded_and_shifted_negatives_per_system(tiny_export, tmp_path):
+    """open_clip scores the discarded captions; the lens model from encodings only (no checkpoint
+    to encode new texts) falls back to the shifted negatives for every image, and says so."""
+    from lenses_app.cli import main
+    from tests.training.evaluation.test_evaluate import write_fake_encodings
+
+    export, want = build_run(tiny_export, tmp_path, "test")
+    labels = write_fake_encodings(export, "test", tmp_path / "enc")
+    oc_json = Path(__file__).resolve().parents[3] / "training" / "configs" / "eval-tiny-openclip.json"
+    voters = [{"name": f"v{t}", "model_config_path": str(oc_json), "threshold": t} for t in (-1.0, 1.1)]
+    cfg = {"export_dir": str(export), "split": "test", "encodings_dir": str(tmp_path / "enc"),
+           "baselines": {"text_only": False, "similarity_ablations": False,
+                         "open_clip": {"enabled": True, "model_config_path": str(oc_json)}},
+           "routing": False, "metrics": {"protocols": ["lens_gallery"]},
+           "imp": {"models": [*voters, {**voters[0], "name": "g", "role": "tie_breaker"}]}}  # fmt: skip
+    (tmp_path / "eval.yaml").write_text(json.dumps(cfg))
+    assert main(["evaluate", "--config", str(tmp_path / "eval.yaml"), "--out", str(tmp_path / "o")]) == 0
+    data = json.loads((tmp_path / "o" / "metrics.json").read_text())
+    n_images = len(set(labels.caption_image.tolist()))
+    clip = next(v for k, v in data["imp"].items() if k.startswith("Zero-shot open_clip"))
+    assert clip["n_negatives_discarded"] == len(want) and clip["n_negatives_shifted"] == n_images - len(want)
+    lens = data["imp"]["Lenses (lens-masked + global)"]
+    assert lens["n_negatives_discarded"] == 0 and lens["n_negatives"] == n_images
+    meta = data["meta"]["imp_negatives"]
+    assert meta["scored_by"] == [next(k for k in data["imp"] if k.startswith("Zero-shot open_clip"))]
+    assert "3 discarded captions" in meta["source"]
