@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from training.evaluation.config import EvalConfig, KarpathySection
+from training.evaluation.config import EvalConfig
+from training.evaluation.external_config import KarpathySection
 from training.evaluation.metrics import retrieval_metrics
 from training.evaluation.types import SplitLabels
 from training.external.karpathy import KarpathySet, read_karpathy
