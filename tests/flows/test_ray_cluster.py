@@ -1,0 +1,259 @@
+"""The build on a local Ray cluster (`ray start --head`, two worker processes) through prefect-ray.
+
+- Every shard is processed exactly once: each stage's outputs are on disk once, no model request is
+  sent twice, no journal line is written twice, the funnel holds (in = out + rejected), and the
+  dataset equals the thread runner's.
+- A Ray worker process SIGKILLed in the middle of a generate shard costs only the requests it had in
+  flight: Ray reruns that task on another worker, the build completes with every shard, and the
+  rerun is recorded (the journal replays what the killed worker had journaled).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+from lenses_data.simulator.simulator import free_port
+from lenses_data.simulator.testing import sim_stats, spawn_simulator
+from tests.flows.test_dask_cluster import (
+    MAX_CONCURRENCY,
+    _assert_same_dataset,
+    _build,
+    _config,
+    _journal_lines,
+    _pipeline_calls,
+)
+
+ray = pytest.importorskip("ray")
+pytest.importorskip("prefect_ray")
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class RayHead(NamedTuple):
+    address: str
+    session: int  # `ray start`'s session: the head's processes and its worker processes
+
+
+RAY_CPUS = 2  # two worker processes run shard tasks at once (one CPU each)
+
+
+def _ray_start_command(port: int, temp_dir: str) -> list[str]:
+    """A small head node: two CPUs, a 200 MB object store, no dashboard; every port it listens on is
+    free (the defaults, 10001 and 52365, would collide with another Ray on this machine)."""
+    ports = [free_port() for _ in range(4)]
+    return [
+        str(Path(sys.executable).parent / "ray"),
+        "start",
+        "--head",
+        "--block",
+        "--node-ip-address=127.0.0.1",
+        f"--port={port}",
+        f"--num-cpus={RAY_CPUS}",
+        "--object-store-memory=200000000",
+        "--include-dashboard=false",
+        f"--dashboard-port={ports[0]}",
+        f"--ray-client-server-port={ports[1]}",
+        f"--dashboard-agent-listen-port={ports[2]}",
+        f"--metrics-export-port={ports[3]}",
+        "--disable-usage-stats",
+        f"--temp-dir={temp_dir}",
+    ]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[RayHead]:
+    """A Ray head node in its own session (its workers too). Workers import this checkout."""
+    port = free_port()
+    # A short temp dir: Ray's socket paths must stay under 107 characters.
+    temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "RAY_USAGE_STATS_ENABLED": "0"}
+    with (Path(temp_dir) / "head.log").open("w") as log:
+        head = subprocess.Popen(
+            _ray_start_command(port, temp_dir),
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    address = f"127.0.0.1:{port}"
+    try:
+        _wait_for_head(head, address, Path(temp_dir) / "head.log")
+        yield RayHead(address, head.pid)
+    finally:
+        head.send_signal(signal.SIGTERM)  # `ray start --block` stops its processes on SIGTERM
+        try:
+            head.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(head.pid, signal.SIGKILL)  # whatever of its session is left
+        except ProcessLookupError:
+            pass
+
+
+def _wait_for_head(head: subprocess.Popen, address: str, log: Path) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if head.poll() is not None:
+            raise RuntimeError(f"ray start exited: {log.read_text()[-3000:]}")
+        try:
+            ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+            ray.shutdown()
+            return
+        except ConnectionError:
+            time.sleep(0.5)
+    raise TimeoutError("the Ray head did not start in 120 s")
+
+
+@pytest.fixture(scope="module")
+def simulators(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """`start(name, latency)` starts a simulator and returns its URL; all stop with the module."""
+    logs = tmp_path_factory.mktemp("ray-simulators")
+    started: list[subprocess.Popen] = []
+
+    def start(name: str, latency: float) -> str:
+        with (logs / f"{name}.log").open("w") as log:
+            process, url = spawn_simulator(["--yes-rate", "0.85", "--latency", str(latency)], log=log)
+        started.append(process)
+        return url
+
+    yield start
+    for process in started:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+@pytest.fixture(scope="module")
+def sources(sample_pool: Path) -> list[str]:
+    return [str(sample_pool), str(sample_pool / "cc3m.tsv")]
+
+
+@pytest.fixture(scope="module")
+def reference(prefect_harness, simulators, sources, tmp_path_factory) -> tuple[Path, dict]:
+    """The same build on the thread runner: the dataset both Ray builds must equal."""
+    folder = tmp_path_factory.mktemp("ray-reference")
+    url = simulators("threads", 0.01)
+    result = _build(_config(folder / "t.yaml", folder / "run", sources, url, {"task_runner": "thread"}))
+    return folder / "run", result
+
+
+def _ray(cluster: RayHead, **options: object) -> dict:
+    return {"task_runner": "ray", "runner_address": cluster.address, **options}
+
+
+def _shard_files(run: Path) -> list[str]:
+    """Every shard output and rejections file of a run (`<stage>/part-N`, `rejections/<stage>-part-N`)."""
+    files = [*run.glob("*/part-*.parquet"), *(run / "rejections").glob("*-part-*.parquet")]
+    return sorted(str(path.relative_to(run)) for path in files)
+
+
+def _assert_every_shard_once(run: Path, result: dict, reference: tuple[Path, dict]) -> None:
+    """Each stage ran as many shards as on the thread runner and wrote the same shard files, and the
+    funnel holds: every record in is out or rejected, and a stage takes in what the one before put
+    out (generate makes several texts of an image: its in and out differ)."""
+    stages, expected = result["stages"], reference[1]["stages"]
+    assert [(s["stage"], s["shards"]) for s in stages] == [(s["stage"], s["shards"]) for s in expected]
+    assert _shard_files(run) == _shard_files(reference[0]) != []
+    for summary in stages:
+        if summary["stage"] != "generate":
+            assert summary["records_in"] == summary["records_out"] + summary["rejected"], summary["stage"]
+    for before, after in zip(stages, stages[1:], strict=False):
+        assert after["records_in"] == before["records_out"], (before["stage"], after["stage"])
+
+
+@pytest.mark.slow
+def test_ray_workers_process_each_shard_once(ray_cluster, reference, simulators, sources, tmp_path):
+    url = simulators("ray", 0.01)
+    run = tmp_path / "ray"
+    result = _build(_config(tmp_path / "r.yaml", run, sources, url, _ray(ray_cluster)))
+
+    assert result["stages"][4]["shards"] >= 4  # enough generate shards that both workers get some
+    _assert_every_shard_once(run, result, reference)
+    _assert_same_dataset(reference[0], run)
+    calls = _pipeline_calls(sim_stats(url))
+    assert sum(calls.values()) == len(calls) > 0  # no request of a stage was ever sent twice
+    lines = _journal_lines(run)
+    assert len(lines) == len({line["hash"] for line in lines}) == len(calls)
+
+
+def _busy_workers(session: int) -> list[int]:
+    """Ray worker processes of the cluster running a shard task now (Ray titles them by task)."""
+    busy = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            title = (entry / "cmdline").read_bytes().split(b"\0")[0]
+            if title.startswith(b"ray::process_shard_task") and os.getsid(int(entry.name)) == session:
+                busy.append(int(entry.name))
+        except (OSError, ProcessLookupError):
+            continue  # ended while looked at
+    return busy
+
+
+def _generate_shard_in_flight(run: Path) -> bool:
+    """A generate shard has journaled answers but not written its output yet."""
+    for journal in (run / "journal" / "generate").glob("part-*.jsonl"):
+        if (
+            journal.stat().st_size
+            and not (run / "generate" / journal.name.replace(".jsonl", ".parquet")).exists()
+        ):
+            return True
+    return False
+
+
+def _kill_a_worker_mid_generate(cluster: RayHead, run: Path, done: threading.Event) -> int | None:
+    while not done.is_set():
+        busy = _busy_workers(cluster.session) if _generate_shard_in_flight(run) else []
+        if busy:
+            os.kill(busy[0], signal.SIGKILL)
+            return busy[0]
+        time.sleep(0.02)
+    return None
+
+
+@pytest.mark.slow
+def test_a_killed_ray_worker_costs_only_its_requests_in_flight(
+    ray_cluster, reference, simulators, sources, tmp_path
+):
+    url = simulators("killed", 0.15)
+    run = tmp_path / "killed"
+    # No Prefect retries: the shard the killed worker ran is rerun by Ray, on another worker.
+    config_path = _config(tmp_path / "k.yaml", run, sources, url, _ray(ray_cluster, task_retries=0))
+    done, outcome = threading.Event(), {}
+
+    def build() -> None:
+        try:
+            outcome["result"] = _build(config_path)
+        except BaseException as error:
+            outcome["error"] = error
+        finally:
+            done.set()
+
+    runner = threading.Thread(target=build)
+    runner.start()
+    killed = _kill_a_worker_mid_generate(ray_cluster, run, done)
+    runner.join(timeout=600)
+    assert not runner.is_alive(), "the build hung after its Ray worker was killed"
+    assert killed is not None, "the build ended before a generate shard was in flight"
+    print(outcome)
+    assert "error" not in outcome, f"the build failed after the kill: {outcome.get('error')!r}"
+
+    _assert_every_shard_once(run, outcome["result"], reference)
+    _assert_same_dataset(reference[0], run)
+    calls = _pipeline_calls(sim_stats(url))
+    repeated = sum(calls.values()) - len(calls)
+    assert repeated <= MAX_CONCURRENCY, (
+        f"{repeated} model calls repeated (one worker, {MAX_CONCURRENCY} in flight)"
+    )
