@@ -13,18 +13,16 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
 
-from lenses_data.simulator.simulator import free_port
 from lenses_data.simulator.testing import sim_stats, spawn_simulator
+from tests.flows.prefect_api import stage_task_histories
+from tests.flows.ray_head import RayHead, busy_workers, ray_head
 from tests.flows.test_dask_cluster import (
     MAX_CONCURRENCY,
     _assert_same_dataset,
@@ -37,83 +35,11 @@ from tests.flows.test_dask_cluster import (
 ray = pytest.importorskip("ray")
 pytest.importorskip("prefect_ray")
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-class RayHead(NamedTuple):
-    address: str
-    session: int  # `ray start`'s session: the head's processes and its worker processes
-
-
-RAY_CPUS = 2  # two worker processes run shard tasks at once (one CPU each)
-
-
-def _ray_start_command(port: int, temp_dir: str) -> list[str]:
-    """A small head node: two CPUs, a 200 MB object store, no dashboard; every port it listens on is
-    free (the defaults, 10001 and 52365, would collide with another Ray on this machine)."""
-    ports = [free_port() for _ in range(4)]
-    return [
-        str(Path(sys.executable).parent / "ray"),
-        "start",
-        "--head",
-        "--block",
-        "--node-ip-address=127.0.0.1",
-        f"--port={port}",
-        f"--num-cpus={RAY_CPUS}",
-        "--object-store-memory=200000000",
-        "--include-dashboard=false",
-        f"--dashboard-port={ports[0]}",
-        f"--ray-client-server-port={ports[1]}",
-        f"--dashboard-agent-listen-port={ports[2]}",
-        f"--metrics-export-port={ports[3]}",
-        "--disable-usage-stats",
-        f"--temp-dir={temp_dir}",
-    ]
-
 
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[RayHead]:
-    """A Ray head node in its own session (its workers too). Workers import this checkout."""
-    port = free_port()
-    # A short temp dir: Ray's socket paths must stay under 107 characters.
-    temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "RAY_USAGE_STATS_ENABLED": "0"}
-    with (Path(temp_dir) / "head.log").open("w") as log:
-        head = subprocess.Popen(
-            _ray_start_command(port, temp_dir),
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    address = f"127.0.0.1:{port}"
-    try:
-        _wait_for_head(head, address, Path(temp_dir) / "head.log")
-        yield RayHead(address, head.pid)
-    finally:
-        head.send_signal(signal.SIGTERM)  # `ray start --block` stops its processes on SIGTERM
-        try:
-            head.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
-        try:
-            os.killpg(head.pid, signal.SIGKILL)  # whatever of its session is left
-        except ProcessLookupError:
-            pass
-
-
-def _wait_for_head(head: subprocess.Popen, address: str, log: Path) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if head.poll() is not None:
-            raise RuntimeError(f"ray start exited: {log.read_text()[-3000:]}")
-        try:
-            ray.init(address=address, logging_level="WARNING", log_to_driver=False)
-            ray.shutdown()
-            return
-        except ConnectionError:
-            time.sleep(0.5)
-    raise TimeoutError("the Ray head did not start in 120 s")
+    with ray_head(cpus=2) as head:  # two worker processes run shard tasks at once
+        yield head
 
 
 @pytest.fixture(scope="module")
@@ -187,21 +113,6 @@ def test_ray_workers_process_each_shard_once(ray_cluster, reference, simulators,
     assert len(lines) == len({line["hash"] for line in lines}) == len(calls)
 
 
-def _busy_workers(session: int) -> list[int]:
-    """Ray worker processes of the cluster running a shard task now (Ray titles them by task)."""
-    busy = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            title = (entry / "cmdline").read_bytes().split(b"\0")[0]
-            if title.startswith(b"ray::process_shard_task") and os.getsid(int(entry.name)) == session:
-                busy.append(int(entry.name))
-        except (OSError, ProcessLookupError):
-            continue  # ended while looked at
-    return busy
-
-
 def _generate_shard_in_flight(run: Path) -> bool:
     """A generate shard has journaled answers but not written its output yet."""
     for journal in (run / "journal" / "generate").glob("part-*.jsonl"):
@@ -215,7 +126,7 @@ def _generate_shard_in_flight(run: Path) -> bool:
 
 def _kill_a_worker_mid_generate(cluster: RayHead, run: Path, done: threading.Event) -> int | None:
     while not done.is_set():
-        busy = _busy_workers(cluster.session) if _generate_shard_in_flight(run) else []
+        busy = busy_workers(cluster.session, "process_shard_task") if _generate_shard_in_flight(run) else []
         if busy:
             os.kill(busy[0], signal.SIGKILL)
             return busy[0]
@@ -234,8 +145,10 @@ def test_a_killed_ray_worker_costs_only_its_requests_in_flight(
     done, outcome = threading.Event(), {}
 
     def build() -> None:
+        from flows.build import build_dataset
+
         try:
-            outcome["result"] = _build(config_path)
+            outcome["state"] = build_dataset(config_path=config_path, return_state=True)
         except BaseException as error:
             outcome["error"] = error
         finally:
@@ -247,13 +160,25 @@ def test_a_killed_ray_worker_costs_only_its_requests_in_flight(
     runner.join(timeout=600)
     assert not runner.is_alive(), "the build hung after its Ray worker was killed"
     assert killed is not None, "the build ended before a generate shard was in flight"
-    print(outcome)
-    assert "error" not in outcome, f"the build failed after the kill: {outcome.get('error')!r}"
+    assert "error" not in outcome, f"the build raised after the kill: {outcome.get('error')!r}"
+    state = outcome["state"]
+    assert state.is_completed(), f"the build failed after the kill: {state.message}"
 
-    _assert_every_shard_once(run, outcome["result"], reference)
+    _assert_every_shard_once(run, state.result(), reference)
     _assert_same_dataset(reference[0], run)
     calls = _pipeline_calls(sim_stats(url))
     repeated = sum(calls.values()) - len(calls)
     assert repeated <= MAX_CONCURRENCY, (
         f"{repeated} model calls repeated (one worker, {MAX_CONCURRENCY} in flight)"
     )
+    # The rerun is on the record: the killed shard's one task run ran twice (Ray reran it with the
+    # same task run id), every other generate shard ran once, all completed.
+    histories = stage_task_histories(state.state_details.flow_run_id, "generate-shard-")
+    assert len(histories) == result_shards(state, "generate")
+    assert all(len(runs) == 1 and runs[0][-1] == "COMPLETED" for runs in histories.values()), histories
+    runs_per_shard = sorted(runs[0].count("RUNNING") for runs in histories.values())
+    assert runs_per_shard == [1] * (len(histories) - 1) + [2], histories
+
+
+def result_shards(state, stage: str) -> int:
+    return next(s["shards"] for s in state.result()["stages"] if s["stage"] == stage)
