@@ -80,12 +80,40 @@ def time_stages(cluster, base: Path, pool: Path, shard_size: int, sim_url: str) 
     return timings
 
 
+def _square(number: int) -> int:
+    return number * number
+
+
+def many_tasks(count: int) -> float:
+    """Seconds for one flat map of `count` trivial Prefect tasks on a 2-CPU Ray head; every result
+    is checked (prefect-ray was reported to hang at 15,000 tasks, PrefectHQ/prefect-ray#76)."""
+    from prefect import flow, task
+    from prefect_ray import RayTaskRunner
+
+    from tests.flows.ray_head import ray_head
+
+    with ray_head(cpus=WORKERS) as head:
+
+        @flow(task_runner=RayTaskRunner(address=head.address))
+        def flat_map() -> list[int]:
+            return task(_square).map(range(count)).result()
+
+        started = time.perf_counter()
+        results = flat_map()
+        seconds = time.perf_counter() - started
+    if results != [n * n for n in range(count)]:
+        raise AssertionError("a task of the flat map returned a wrong result or none")
+    return seconds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=192)
     parser.add_argument("--shard-size", type=int, default=16)
     parser.add_argument("--latency", type=float, default=0.2, help="simulated seconds per model request")
     parser.add_argument("--write", help="write the markdown section to this file")
+    parser.add_argument("--ray-first", action="store_true", help="run Ray before Dask (order effects)")
+    parser.add_argument("--many-tasks", type=int, default=0, help="also time a flat map of this many tasks")
     args = parser.parse_args()
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     from prefect.testing.utilities import prefect_test_harness
@@ -101,8 +129,11 @@ def main() -> None:
             make_images(pool, args.images)
             prepare(base, pool, args.shard_size, sim_url)
             pressure_before = cpu_pressure()
-            for name, cluster in (("dask", dask_cluster), ("ray", ray_cluster)):
+            order = [("dask", dask_cluster), ("ray", ray_cluster)]
+            for name, cluster in reversed(order) if args.ray_first else order:
                 results[name] = time_stages(cluster, base, pool, args.shard_size, sim_url)
+            if args.many_tasks:
+                results["many_tasks"] = many_tasks(args.many_tasks)
             pressure_after = cpu_pressure()
     finally:
         os.killpg(sim.pid, signal.SIGKILL)
@@ -118,7 +149,7 @@ def report(results: dict, args, pressure_before: str, pressure_after: str) -> st
         "",
         f"{args.images} generated 1.5 MP JPEGs, {args.shard_size} per shard; one coordinator; model stages",
         f"against `lenses simulate` in its own process at {args.latency:g} s per request, `max_concurrency` 8",
-        f"per worker; {os.cpu_count()} CPUs, CPU pressure (PSI some avg10) {pressure_before} before,",
+        f"per worker; {'Ray' if args.ray_first else 'Dask'} ran first; {os.cpu_count()} CPUs, CPU pressure (PSI some avg10) {pressure_before} before,",
         f"{pressure_after} after.",
         "",
         "| runner | start-up s | stage | shards | seconds | shards/s | ratio vs Dask |",
@@ -132,10 +163,18 @@ def report(results: dict, args, pressure_before: str, pressure_after: str) -> st
                 f"| {name} | {results[name]['startup']:.1f} | {stage} | {shards} | {seconds:.1f} "
                 f"| {shards / seconds:.2f} | {ratio:.2f}x |"
             )
+    if "many_tasks" in results:
+        seconds = results["many_tasks"]
+        lines += [
+            "",
+            f"A flat map of {args.many_tasks} trivial Prefect tasks on a 2-CPU Ray head: all results back in "
+            f"{seconds:.1f} s ({args.many_tasks / seconds:.1f} tasks/s).",
+        ]
     lines += [
         "",
         f"Command: `PYTHONPATH=. .venv/bin/python benchmarks/bench_ray_vs_dask.py --images {args.images} "
-        f"--shard-size {args.shard_size} --latency {args.latency:g}`.",
+        f"--shard-size {args.shard_size} --latency {args.latency:g} --many-tasks {args.many_tasks}"
+        f"{' --ray-first' if args.ray_first else ''}`.",
     ]
     return "\n".join(lines) + "\n"
 

@@ -1,11 +1,12 @@
 """The build on a local Ray cluster (`ray start --head`, two worker processes) through prefect-ray.
 
-- Every shard is processed exactly once: each stage's outputs are on disk once, no model request is
-  sent twice, no journal line is written twice, the funnel holds (in = out + rejected), and the
-  dataset equals the thread runner's.
+- Every shard is processed exactly once: one Prefect task run per shard, run once; each stage's
+  shard files are on disk once, no model request is sent twice, no journal line is written twice,
+  the funnel holds (in = out + rejected), and the dataset equals the thread runner's.
 - A Ray worker process SIGKILLed in the middle of a generate shard costs only the requests it had in
-  flight: Ray reruns that task on another worker, the build completes with every shard, and the
-  rerun is recorded (the journal replays what the killed worker had journaled).
+  flight: Ray reruns that task on another worker, with the same Prefect task run (its history reads
+  Pending, Running, Pending, Running, Completed), the shard's journal replays what the killed worker
+  had journaled, and the build completes with every shard, without a rerun of the build.
 """
 
 from __future__ import annotations
@@ -102,9 +103,22 @@ def _assert_every_shard_once(run: Path, result: dict, reference: tuple[Path, dic
 def test_ray_workers_process_each_shard_once(ray_cluster, reference, simulators, sources, tmp_path):
     url = simulators("ray", 0.01)
     run = tmp_path / "ray"
-    result = _build(_config(tmp_path / "r.yaml", run, sources, url, _ray(ray_cluster)))
+    from flows.build import build_dataset
+
+    state = build_dataset(
+        config_path=_config(tmp_path / "r.yaml", run, sources, url, _ray(ray_cluster)), return_state=True
+    )
+    result = state.result()
 
     assert result["stages"][4]["shards"] >= 4  # enough generate shards that both workers get some
+    # One task run per shard of every stage, each run once (Ray reran nothing) and completed.
+    histories = {
+        name: runs
+        for name, runs in stage_task_histories(state.state_details.flow_run_id).items()
+        if "-shard-" in name
+    }
+    assert len(histories) == sum(s["shards"] for s in result["stages"])
+    assert {str(runs) for runs in histories.values()} == {"[['PENDING', 'RUNNING', 'COMPLETED']]"}
     _assert_every_shard_once(run, result, reference)
     _assert_same_dataset(reference[0], run)
     calls = _pipeline_calls(sim_stats(url))
