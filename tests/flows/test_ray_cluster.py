@@ -196,3 +196,28 @@ def test_a_killed_ray_worker_costs_only_its_requests_in_flight(
 
 def result_shards(state, stage: str) -> int:
     return next(s["shards"] for s in state.result()["stages"] if s["stage"] == stage)
+
+
+@pytest.mark.slow
+def test_a_build_connects_to_ray_once_for_all_its_stages(ray_cluster):
+    """Each stage's RayTaskRunner finds the build's connection and keeps it: one Ray job per build
+    (a job per stage started every stage's workers cold). A caller's own connection is left open."""
+    from flows.common import make_task_runner, one_cluster_per_build
+    from lenses_data.config import config_from_dict
+
+    config = config_from_dict({"orchestration": _ray(ray_cluster)}, environ={})
+    with one_cluster_per_build(config) as staged:
+        job = ray.get_runtime_context().get_job_id()
+        for _ in range(2):  # two stages
+            with make_task_runner(staged):
+                assert ray.get_runtime_context().get_job_id() == job
+            assert ray.is_initialized()
+    assert not ray.is_initialized()
+
+    ray.init(address=ray_cluster.address, log_to_driver=False)
+    try:
+        with one_cluster_per_build(config):
+            pass
+        assert ray.is_initialized()
+    finally:
+        ray.shutdown()
