@@ -51,3 +51,25 @@ def stage_task_states(build_flow_run_id: UUID | str) -> list[tuple[str, str]]:
     with get_client(sync_client=True) as client:
         runs = client.read_task_runs(flow_run_filter=parent, limit=200)
     return [(run.name, run.state.name if run.state else "") for run in runs]
+
+
+def stage_task_histories(build_flow_run_id: UUID | str, prefix: str = "") -> dict[str, list[list[str]]]:
+    """Task run name -> the state types each task run of that name went through, oldest first, for
+    the task runs in the stage subflows of one build whose name starts with `prefix`."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    parent = FlowRunFilter(
+        parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[UUID(str(build_flow_run_id))])
+    )
+    histories: dict[str, list[list[str]]] = {}
+    with get_client(sync_client=True) as client:
+        runs = [
+            run
+            for run in client.read_task_runs(flow_run_filter=parent, limit=200)
+            if run.name.startswith(prefix)
+        ]
+        for run in runs:
+            states = sorted(client.read_task_run_states(run.id), key=lambda state: state.timestamp)
+            histories.setdefault(run.name, []).append([state.type.value for state in states])
+    return histories

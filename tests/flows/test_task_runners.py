@@ -132,7 +132,9 @@ def test_a_build_starts_one_local_cluster_for_all_its_stages():
     from flows.common import one_cluster_per_build
 
     options = {"processes": False, "n_workers": 2, "threads_per_worker": 1, "dashboard_address": None}
-    config = config_from_dict({"orchestration": {"task_runner": "dask", "runner_options": options}}, environ={})
+    config = config_from_dict(
+        {"orchestration": {"task_runner": "dask", "runner_options": options}}, environ={}
+    )
     with one_cluster_per_build(config) as staged:
         address = staged.orchestration.runner_address
         assert address and staged.orchestration.runner_options == {}
@@ -145,3 +147,22 @@ def test_a_build_starts_one_local_cluster_for_all_its_stages():
         plain = config_from_dict({"orchestration": kept}, environ={})
         with one_cluster_per_build(plain) as staged:
             assert staged is plain
+
+
+def test_ray_runner_gets_the_address_and_the_init_options():
+    pytest.importorskip("prefect_ray")
+    from flows.common import make_task_runner
+
+    config = config_from_dict(
+        {
+            "orchestration": {
+                "task_runner": "ray",
+                "runner_address": "10.0.0.1:6379",
+                "runner_options": {"namespace": "lenses", "log_to_driver": False},
+            }
+        },
+        environ={},
+    )
+    runner = make_task_runner(config)
+    assert runner.address == "10.0.0.1:6379"
+    assert runner.init_kwargs == {"namespace": "lenses", "log_to_driver": False}
