@@ -19,6 +19,7 @@ second, non-200 answers, and error lines in the build's and the server's logs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -96,7 +98,8 @@ def settle(
     return last_change - started
 
 
-def run_build(work: Path, pool: Path, sim_url: str, spec: str, database_url: str | None, port: int) -> dict:
+def run_build(work: Path, pool: Path, sim_url: str, spec: str, db: tuple, port: int) -> dict:
+    database_url, db_process = db
     shard_size, per_task = parse_build(spec)
     run, home = work / f"run-{spec}", work / f"prefect-{spec}"
     work.mkdir(parents=True, exist_ok=True)
@@ -107,7 +110,8 @@ def run_build(work: Path, pool: Path, sim_url: str, spec: str, database_url: str
         env = {**os.environ, "PREFECT_API_URL": api_url, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
         command = [sys.executable, "-m", "lenses_app.cli", "run", "--config", str(config)]
         cpu0, _ = tree_usage(server)
-        probe = Probe(api_url, server).start()
+        db_cpu0 = tree_usage(db_process)[0] if db_process else 0.0
+        probe = Probe(api_url, server, database=db_process).start()
         started, wall_started = time.monotonic(), time.time()
         build_cpu, build_rss = 0.0, 0
         with log.open("w") as out:
@@ -121,11 +125,13 @@ def run_build(work: Path, pool: Path, sim_url: str, spec: str, database_url: str
         backlog = settle(probe, client, api_url)
         probe.stop()
         cpu1, _ = tree_usage(server)
+        db_cpu = tree_usage(db_process)[0] - db_cpu0 if db_process else 0.0
         task_runs = count_task_runs(client, api_url)
     result = {
         "spec": spec, "shard_size": shard_size, "shards_per_task": per_task, "returncode": child.returncode,
         "wall_s": wall, "task_runs": task_runs, "rate": task_runs / wall, "peak_rate_10s": peak_rate(probe.counts),
         "backlog_s": backlog, "server_cpu_s": cpu1 - cpu0, "server_peak_rss": probe.peak_rss,
+        "db_cpu_s": db_cpu, "db_peak_rss": probe.db_peak_rss,
         "build_cpu_s": build_cpu, "build_peak_rss": build_rss,
         "health_ms": [percentile(probe.health_ms, q) for q in (0.5, 0.95, 1.0)],
         "count_ms": [percentile(probe.count_ms, q) for q in (0.5, 0.95, 1.0)],
@@ -147,8 +153,8 @@ def report(results: list[dict], candidates: int) -> str:
         f"Fan-out rehearsal: {candidates} candidates, Dask LocalCluster 2 x 1 thread, {os.cpu_count()} CPUs",
         "",
         "| db | build | wall s | task runs | runs/s (peak 10 s) | backlog s | server CPU s (% of wall) "
-        "| server peak MiB | build CPU s | health ms p50/p95/max | count ms p50/p95/max | errors |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|",
+        "| server peak MiB | PostgreSQL CPU s / peak MiB | build CPU s | health ms p50/p95/max | count ms p50/p95/max | errors |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|---|---|",
     ]
     for r in results:
         errors = sum(r["probe_errors"].values()) + len(r["build_trouble"]) + len(r["server_trouble"])
@@ -156,7 +162,7 @@ def report(results: list[dict], candidates: int) -> str:
             f"| {r['db']} | {r['spec']} | {r['wall_s']:.0f} | {r['task_runs']} | {r['rate']:.1f} "
             f"({r['peak_rate_10s']:.1f}) | {r['backlog_s']:.0f} | {r['server_cpu_s']:.0f} "
             f"({100 * r['server_cpu_s'] / r['wall_s']:.0f}%) | {r['server_peak_rss'] / 2**20:.0f} "
-            f"| {r['build_cpu_s']:.0f} | {_ms(r['health_ms'])} | {_ms(r['count_ms'])} | {errors} |"
+            f"| {r['db_cpu_s']:.0f} / {r['db_peak_rss'] / 2**20:.0f} | {r['build_cpu_s']:.0f} | {_ms(r['health_ms'])} | {_ms(r['count_ms'])} | {errors} |"
         )
     lines += ["", "Stage walls (s):", ""]
     for r in results:
@@ -165,15 +171,18 @@ def report(results: list[dict], candidates: int) -> str:
     return "\n".join(lines)
 
 
-def database_urls(kind: str):
-    """A context manager factory: a fresh database URL per build (None: SQLite in the server home)."""
-    import contextlib
-
+@contextlib.contextmanager
+def database(kind: str, base: Path) -> Iterator[tuple[str | None, psutil.Process | None]]:
+    """A fresh database per build: (URL, its postmaster process), or (None, None) for SQLite in the
+    server's home."""
     if kind == "sqlite":
-        return lambda: contextlib.nullcontext(None)
-    from tests.support.postgres import postgres_url  # another helper's: a throwaway PostgreSQL
+        yield None, None
+        return
+    from tests.support.postgres import start_postgres  # a throwaway PostgreSQL cluster
 
-    return postgres_url
+    with start_postgres(base) as pg:
+        pid = int((pg.data_dir / "postmaster.pid").read_text().split()[0])
+        yield pg.asyncpg_url, psutil.Process(pid)
 
 
 def main() -> None:
@@ -206,8 +215,11 @@ def main() -> None:
         try:
             for kind in args.database:
                 for spec in args.builds:
-                    with database_urls(kind)() as url:
-                        result = {"db": kind, **run_build(work / kind, pool, sim_url, spec, url, free_port())}
+                    with database(kind, work / f"pg-{spec}") as (url, db):
+                        result = {
+                            "db": kind,
+                            **run_build(work / kind, pool, sim_url, spec, (url, db), free_port()),
+                        }
                     results.append(result)
                     print(json.dumps(result), flush=True)
                     if args.write:

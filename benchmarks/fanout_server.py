@@ -95,12 +95,14 @@ class Probe:
 
     api_url: str
     server: psutil.Process
+    database: psutil.Process | None = None  # PostgreSQL's postmaster (its backends are children)
     interval_s: float = 1.0
     health_ms: list[float] = field(default_factory=list)
     count_ms: list[float] = field(default_factory=list)
     counts: list[tuple[float, int]] = field(default_factory=list)  # (monotonic time, task runs)
     cpu: list[tuple[float, float]] = field(default_factory=list)  # (monotonic time, CPU seconds)
     peak_rss: int = 0
+    db_peak_rss: int = 0
     errors: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -138,6 +140,8 @@ class Probe:
         cpu, rss = tree_usage(self.server)
         self.cpu.append((now, cpu))
         self.peak_rss = max(self.peak_rss, rss)
+        if self.database is not None:
+            self.db_peak_rss = max(self.db_peak_rss, tree_usage(self.database)[1])
         self._timed(client, "GET", "/health", self.health_ms)
         counted = self._timed(client, "POST", "/task_runs/count", self.count_ms)
         if counted is not None:
