@@ -46,6 +46,8 @@ TROUBLE = re.compile(r"429|Too Many Requests|database is locked|HTTPStatusError|
 
 
 def parse_build(spec: str) -> tuple[int, int]:
+    if spec.startswith("noop:"):  # N no-op task runs (fanout_noop.py): the server alone, no stage work
+        return 0, int(spec.split(":")[1])
     size, _, per_task = spec.partition("x")
     return int(size), int(per_task or 1)
 
@@ -101,14 +103,17 @@ def settle(
 def run_build(work: Path, pool: Path, sim_url: str, spec: str, db: tuple, port: int) -> dict:
     database_url, db_process = db
     shard_size, per_task = parse_build(spec)
-    run, home = work / f"run-{spec}", work / f"prefect-{spec}"
+    run, home = work / f"run-{spec}", work / f"prefect-{spec.replace(':', '-')}"
     work.mkdir(parents=True, exist_ok=True)
     config = work / f"config-{spec}.json"
-    write_config(config, run, pool, sim_url, shard_size, per_task)
-    log = work / f"build-{spec}.log"
+    if shard_size:
+        write_config(config, run, pool, sim_url, shard_size, per_task)
+        command = [sys.executable, "-m", "lenses_app.cli", "run", "--config", str(config)]
+    else:
+        command = [sys.executable, str(REPO / "benchmarks" / "fanout_noop.py"), "--tasks", str(per_task)]
+    log = work / f"build-{spec.replace(':', '-')}.log"
     with prefect_server(home, port, database_url) as (api_url, server), httpx.Client(timeout=60) as client:
         env = {**os.environ, "PREFECT_API_URL": api_url, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
-        command = [sys.executable, "-m", "lenses_app.cli", "run", "--config", str(config)]
         cpu0, _ = tree_usage(server)
         db_cpu0 = tree_usage(db_process)[0] if db_process else 0.0
         probe = Probe(api_url, server, database=db_process).start()

@@ -17,12 +17,15 @@ from tests.flows.prefect_api import stage_task_states
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_CONFIG = str(REPO_ROOT / "configs" / "sample.yaml")
-SHARDED = ("filter", "generate", "rules", "validate", "visual_validate")
+# Up to rules: a model stage (filter, generate) and a local one (rules) are enough, at half the cost.
+STOP_AFTER = "rules"
+SHARDED = ("filter", "generate", "rules")
 
 
 def _build(run: Path, orchestration: dict):
-    overrides = {"shard_size": 4, "orchestration": orchestration}
+    overrides = {"shard_size": 5, "orchestration": orchestration}
     params = {"config_path": SAMPLE_CONFIG, "run_dir": str(run), "sample": True, "simulate": True}
+    params["stop_after"] = STOP_AFTER
     state = build_dataset(**params, overrides=overrides, return_state=True)
     return state.result(), state.state_details.flow_run_id
 
@@ -33,12 +36,14 @@ def _files(run: Path) -> dict[str, pd.DataFrame]:
     frames = {}
     for path in sorted(run.rglob("*.parquet")):
         relative = path.relative_to(run)
-        if relative.parts[0] in ("export", "sample"):
+        if relative.parts[0] == "sample":
             continue
         frame = pd.read_parquet(path)
         for column in frame.columns:
             if frame[column].dtype == object:
-                frame[column] = frame[column].map(lambda v: v.replace(str(run), "RUN") if isinstance(v, str) else v)
+                frame[column] = frame[column].map(
+                    lambda v: v.replace(str(run), "RUN") if isinstance(v, str) else v
+                )
         frames[str(relative)] = frame
     return frames
 
@@ -61,12 +66,7 @@ def test_batched_build_writes_the_same_shards_and_funnel_with_fewer_task_runs(pr
     assert any(name.startswith(f"{io.REJECTIONS_DIR}/") for name in single_files)
     for name, frame in single_files.items():
         pd.testing.assert_frame_equal(batched_files[name], frame, obj=name)
-    for name in ("images", "captions", "prompts"):
-        pd.testing.assert_frame_equal(
-            pd.read_parquet(batched_run / "export" / f"{name}.parquet").drop(columns=["path"], errors="ignore"),
-            pd.read_parquet(single_run / "export" / f"{name}.parquet").drop(columns=["path"], errors="ignore"),
-            obj=name,
-        )
+    assert [s["stage"] for s in single["stages"]][-1] == STOP_AFTER
 
     single_tasks, batched_tasks = stage_task_states(single_id), stage_task_states(batched_id)
     for stage in SHARDED:
