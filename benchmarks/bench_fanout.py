@@ -140,7 +140,9 @@ def run_build(work: Path, pool: Path, sim_url: str, spec: str, db: tuple, port: 
         "build_cpu_s": build_cpu, "build_peak_rss": build_rss,
         "health_ms": [percentile(probe.health_ms, q) for q in (0.5, 0.95, 1.0)],
         "count_ms": [percentile(probe.count_ms, q) for q in (0.5, 0.95, 1.0)],
-        "probe_errors": probe.errors, "stage_walls": stage_walls(run, wall_started),
+        "probe_errors": probe.errors,
+        "series": [(round(t - started), round(c - cpu0, 1), n) for t, c, n in probe.series][::5],
+        "stage_walls": stage_walls(run, wall_started),
         "build_trouble": trouble_lines(log)[:20], "server_trouble": trouble_lines(home / "server.log")[:20],
     }  # fmt: skip
     if child.returncode:

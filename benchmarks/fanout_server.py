@@ -101,6 +101,9 @@ class Probe:
     count_ms: list[float] = field(default_factory=list)
     counts: list[tuple[float, int]] = field(default_factory=list)  # (monotonic time, task runs)
     cpu: list[tuple[float, float]] = field(default_factory=list)  # (monotonic time, CPU seconds)
+    series: list[tuple[float, float, int]] = field(
+        default_factory=list
+    )  # (time, CPU s, task runs; -1: failed)
     peak_rss: int = 0
     db_peak_rss: int = 0
     errors: dict[str, int] = field(default_factory=dict)
@@ -146,6 +149,7 @@ class Probe:
         counted = self._timed(client, "POST", "/task_runs/count", self.count_ms)
         if counted is not None:
             self.counts.append((now, int(counted.json())))
+        self.series.append((now, cpu, self.counts[-1][1] if counted is not None else -1))
 
     def _loop(self) -> None:
         with httpx.Client(timeout=30) as client:

@@ -40,7 +40,7 @@ def _files(run: Path) -> dict[str, pd.DataFrame]:
             continue
         frame = pd.read_parquet(path)
         for column in frame.columns:
-            if frame[column].dtype == object:
+            if pd.api.types.is_object_dtype(frame[column]) or pd.api.types.is_string_dtype(frame[column]):
                 frame[column] = frame[column].map(
                     lambda v: v.replace(str(run), "RUN") if isinstance(v, str) else v
                 )
