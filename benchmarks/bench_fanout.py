@@ -42,7 +42,7 @@ from fanout_server import Probe, count_task_runs, peak_rate, percentile, prefect
 REPO = Path(__file__).resolve().parents[1]
 STAGES = ["ingest", "dedupe", "filter", "split", "generate", "rules", "validate", "visual_validate", "export"]
 # Lines that mean the API pushed back or failed: rate limits, server errors, SQLite lock contention.
-TROUBLE = re.compile(r"429|Too Many Requests|database is locked|HTTPStatusError| 50[0-9] |Traceback|ERROR")
+TROUBLE = re.compile(r"Too Many Requests|database is locked|HTTPStatusError|Server error|Traceback|ERROR")
 
 
 def parse_build(spec: str) -> tuple[int, int]:
