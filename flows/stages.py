@@ -1,4 +1,5 @@
-"""One Prefect flow per stage: `lenses_data.stages.base.run_stage` with one Prefect task per shard.
+"""One Prefect flow per stage: `lenses_data.stages.base.run_stage` with one Prefect task per shard
+(or per group of shards, `orchestration.shards_per_task`).
 
 A build is one flow run, its one coordinator: the task runner (threads, or a Dask/Ray cluster)
 hands each shard task to one worker. The outputs on disk decide what is done: a shard whose files
@@ -30,42 +31,71 @@ from lenses_data.stages.base import ShardStats, log_simulated, run_stage
 from lenses_data.stages.registry import build_stage, pipeline_order
 from lenses_data.stages.settings_guard import check_run_settings, record_stage_settings
 
-
-@task(
+_SHARD_TASK = dict(
     retries=2,
     retry_delay_seconds=[2, 10],
     retry_jitter_factor=0.5,
     retry_condition_fn=retry_transient,
     cache_policy=NO_CACHE,
     persist_result=False,
-    task_run_name="{stage_name}-shard-{shard:05d}",
 )
-def process_shard_task(stage_name: str, shard: int, config: PipelineConfig, token: str) -> Any:
-    """One shard on this worker's stage (set up once per worker and stage run, `flows.worker_stages`)."""
+
+
+def _process(stage_name: str, shard: int, config: PipelineConfig, token: str) -> ShardStats:
     stage = worker_stage(stage_name, config, token)
     try:
-        stats = stage.process_shard(Path(config.run_dir), shard)
+        return stage.process_shard(Path(config.run_dir), shard)
     except BaseException:
         discard_worker_stage(stage_name, config, token)
         raise
+
+
+@task(task_run_name="{stage_name}-shard-{shard:05d}", **_SHARD_TASK)
+def process_shard_task(stage_name: str, shard: int, config: PipelineConfig, token: str) -> Any:
+    """One shard on this worker's stage (set up once per worker and stage run, `flows.worker_stages`)."""
+    stats = _process(stage_name, shard, config, token)
     if stats.skipped:  # outputs already on disk: say so in the UI instead of a plain "Completed"
-        return Completed(name="Skipped", message="outputs already on disk", data=stats.to_dict())
-    return stats.to_dict()
+        return Completed(name="Skipped", message="outputs already on disk", data=[stats.to_dict()])
+    return [stats.to_dict()]
+
+
+@task(task_run_name="{stage_name}-shards-{first:05d}-{last:05d}", **_SHARD_TASK)
+def process_shard_batch_task(
+    stage_name: str, shards: list[int], config: PipelineConfig, token: str, first: int, last: int
+) -> Any:
+    """Several shards, one after another, in one task run (`orchestration.shards_per_task`).
+
+    Each shard is still written and skipped on its own, so a retry redoes only the unfinished ones."""
+    stats = [_process(stage_name, shard, config, token) for shard in shards]
+    rows = [item.to_dict() for item in stats]
+    if all(item.skipped for item in stats):
+        return Completed(name="Skipped", message="outputs already on disk", data=rows)
+    return rows
 
 
 def prefect_shard_map(
     stage_name: str, config: PipelineConfig, token: str, progress_id: str | None
 ) -> Callable[[list[int]], Iterator[ShardStats]]:
-    """`map_shards` for `run_stage`: one Prefect task per shard on the flow's task runner."""
+    """`map_shards` for `run_stage`: one Prefect task per shard, or per group of shards, on the
+    flow's task runner."""
     settings = config.orchestration
-    shard_task = process_shard_task.with_options(
-        retries=settings.task_retries, retry_delay_seconds=settings.retry_delay_s
-    )
+    options = {"retries": settings.task_retries, "retry_delay_seconds": settings.retry_delay_s}
+
+    def submit(batches: list[list[int]]) -> list:
+        if all(len(batch) == 1 for batch in batches):
+            single = process_shard_task.with_options(**options)
+            shards = [batch[0] for batch in batches]
+            return single.map(unmapped(stage_name), shards, unmapped(config), unmapped(token))
+        grouped = process_shard_batch_task.with_options(**options)
+        firsts, lasts = [b[0] for b in batches], [b[-1] for b in batches]
+        return grouped.map(unmapped(stage_name), batches, unmapped(config), unmapped(token), firsts, lasts)
 
     def map_shards(shards: list[int]) -> Iterator[ShardStats]:
-        futures = shard_task.map(unmapped(stage_name), shards, unmapped(config), unmapped(token))
-        for done, future in enumerate(as_completed(futures), 1):  # progress moves as shards finish
-            yield ShardStats(**future.result())
+        done = 0
+        for future in as_completed(submit(settings.shard_batches(shards))):  # progress as tasks finish
+            for row in future.result():
+                done += 1
+                yield ShardStats(**row)
             update_progress(progress_id, stage_name, done, len(shards))
 
     return map_shards

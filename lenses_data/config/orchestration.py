@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -22,8 +23,29 @@ class OrchestrationConfig(BaseModel):
             "client_kwargs with runner_address; ray: options of ray.init"
         ),
     )
+    shards_per_task: int = Field(
+        1,
+        ge=1,
+        description=(
+            "Shards one Prefect task run processes, one after another: fewer task runs for the "
+            "Prefect server to record (outputs stay one file per shard; see docs/scaling.md)"
+        ),
+    )
+    max_tasks_per_stage: int | None = Field(
+        None,
+        ge=1,
+        description="Cap on a stage's task runs: more shards than this are grouped (raises shards_per_task)",
+    )
     task_retries: int = Field(2, ge=0, description="Prefect retries of a failed shard task")
     retry_delay_s: float = Field(10.0, ge=0)
     train_deployment: str | None = Field(
         None, description="Deployment to hand off to after export, e.g. 'train-retriever/h200x8'"
     )
+
+    def shard_batches(self, shards: list[int]) -> list[list[int]]:
+        """Consecutive groups of `shards`, one per task run: `shards_per_task` each, or more when
+        `max_tasks_per_stage` would be exceeded."""
+        size = self.shards_per_task
+        if self.max_tasks_per_stage:
+            size = max(size, math.ceil(len(shards) / self.max_tasks_per_stage))
+        return [shards[i : i + size] for i in range(0, len(shards), size)]

@@ -77,3 +77,18 @@ def test_a_roles_processor_settings_replace_the_default_not_merge_into_it() -> N
     assert ModelsConfig.model_validate({"filter": {"model": "m"}}).filter.mm_processor_kwargs == {
         "max_dynamic_patch": 1
     }
+
+
+def test_shard_batches_group_consecutive_shards_and_cap_the_task_runs_of_a_stage():
+    from lenses_data.config.orchestration import OrchestrationConfig
+
+    shards = list(range(10))
+    assert OrchestrationConfig().shard_batches(shards) == [[s] for s in shards]
+    fours = [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert OrchestrationConfig(shards_per_task=4).shard_batches(shards) == fours
+    assert OrchestrationConfig(max_tasks_per_stage=3).shard_batches(shards) == fours  # ceil(10 / 3)
+    # The cap only ever enlarges groups: a stage with fewer shards keeps shards_per_task.
+    assert OrchestrationConfig(shards_per_task=2, max_tasks_per_stage=50).shard_batches(shards)[0] == [0, 1]
+    assert OrchestrationConfig(max_tasks_per_stage=3).shard_batches([]) == []
+    with pytest.raises(ValueError, match="shards_per_task"):
+        OrchestrationConfig(shards_per_task=0)
