@@ -9,8 +9,6 @@ count over time, and every non-200 answer or transport error.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +18,8 @@ from pathlib import Path
 
 import httpx
 import psutil
+
+from tests.support.prefect_server import prefect_server_process
 
 
 def server_env(home: Path, database_url: str | None, api_url: str | None = None) -> dict[str, str]:
@@ -41,33 +41,8 @@ def server_env(home: Path, database_url: str | None, api_url: str | None = None)
 @contextmanager
 def prefect_server(home: Path, port: int, database_url: str | None) -> Iterator[tuple[str, psutil.Process]]:
     """Start the server, wait for /api/health; yields (api_url, its process)."""
-    api_url = f"http://127.0.0.1:{port}/api"
-    prefect = str(Path(sys.executable).parent / "prefect")
-    home.mkdir(parents=True, exist_ok=True)
-    log = (home / "server.log").open("w")
-    command = [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port), "--no-ui"]
-    proc = subprocess.Popen(command, env=server_env(home, database_url), stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"prefect server exited: {(home / 'server.log').read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{api_url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
-        else:
-            raise TimeoutError("prefect server did not become healthy in 180 s")
+    with prefect_server_process(home, port, server_env(home, database_url)) as (api_url, proc):
         yield api_url, psutil.Process(proc.pid)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 def tree_usage(process: psutil.Process) -> tuple[float, int]:

@@ -4,17 +4,15 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from lenses_data.simulator.simulator import free_port
 from tests.support.postgres import PostgresServer, start_postgres
+from tests.support.prefect_server import prefect_server_process
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,43 +52,8 @@ def prefect_server(
 ) -> Iterator[tuple[str, Path]]:
     """A real `prefect server start` on 127.0.0.1, its database on `prefect_postgres`; yields (api_url, home)."""
     home = tmp_path_factory.mktemp("prefect-server-home")
-    port = free_port()
-    api_url = f"http://127.0.0.1:{port}/api"
-    prefect = str(Path(sys.executable).parent / "prefect")
     env = {**prefect_env(home), "PREFECT_API_DATABASE_CONNECTION_URL": prefect_postgres.asyncpg_url}
-    log = (home / "server.log").open("w")
     started = time.monotonic()
-    proc = subprocess.Popen(
-        [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port), "--no-ui"],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        _wait_until_healthy(proc, api_url, home / "server.log")
+    with prefect_server_process(home, free_port(), env) as (api_url, _):
         print(f"\nprefect server on PostgreSQL healthy in {time.monotonic() - started:.1f} s")
         yield api_url, home
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-
-
-def _wait_until_healthy(proc: subprocess.Popen, api_url: str, log_path: Path, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"prefect server exited: {log_path.read_text()[-3000:]}")
-        try:
-            if httpx.get(f"{api_url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    raise TimeoutError(
-        f"prefect server did not become healthy in {timeout:.0f} s: {log_path.read_text()[-3000:]}"
-    )
