@@ -70,9 +70,19 @@ def write_config(path: Path, run: Path, pool: Path, sim_url: str, shard_size: in
 
 
 def trouble_lines(path: Path) -> list[str]:
+    """Lines that match TROUBLE; a traceback is reported with the exception it ends in."""
     if not path.exists():
         return []
-    return [line.strip()[:200] for line in path.open(errors="replace") if TROUBLE.search(line)]
+    lines = path.read_text(errors="replace").splitlines()
+    found = []
+    for i, line in enumerate(lines):
+        if not TROUBLE.search(line):
+            continue
+        if line.lstrip().startswith("Traceback"):
+            tail = next((later for later in lines[i + 1 :] if later and not later[0].isspace()), "")
+            line = f"{line.strip()} -> {tail.strip()}"
+        found.append(line.strip()[:300])
+    return found
 
 
 def stage_walls(run: Path, started: float) -> dict[str, float]:
