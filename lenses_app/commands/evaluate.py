@@ -12,10 +12,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="evaluate a trained retriever: lens-aware metrics, baselines, ablations, reports",
         description="Compute the paper's retrieval metrics (per-lens R@K under the main paper's lens-slot "
         "protocol and the lens/full-gallery protocols, macro R@K over lenses, RSUM, LC/All/DCG@10, meanR/medR "
-        "of the best and of all positives, mAP@R), fallback rates, routing, similarity ablations, baselines "
-        "and external benchmarks (ArtEmis, IRFL, COCO and Flickr30K) for one export split, and write metrics.json, report.md (the papers' tables "
-        "first, rows it cannot produce marked) and routing.png to the output folder (definitions: "
-        "docs/evaluation.md).",
+        "of the best and of all positives, mAP@R, IMP AUPRC with the same image's discarded texts as "
+        "negatives), fallback rates, routing, similarity ablations, baselines (a CLIP fine-tuned on Lenses "
+        "among them), the backbone-scaling and generator-swap tables (other builds' prompts or captions, the "
+        "same model) and external benchmarks (ArtEmis, IRFL, COCO and Flickr30K) for one export split, and "
+        "write metrics.json, report.md (the papers' tables first, rows it cannot produce marked) and "
+        "routing.png to the output folder (definitions and the list of every table: docs/evaluation.md).",
     )
     parser.add_argument(
         "--config", required=True, help="EvalConfig YAML (or a name in training/configs/, e.g. eval-tiny)"
