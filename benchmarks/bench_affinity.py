@@ -57,7 +57,9 @@ def stage_requests(images: list[Path], answers: int, tag: str) -> list[ModelRequ
     ]
 
 
-def run_variant(variant: str, urls: list[str], requests: list[ModelRequest], slots: int) -> tuple[float, list]:
+def run_variant(
+    variant: str, urls: list[str], requests: list[ModelRequest], slots: int
+) -> tuple[float, list]:
     """(requests/s, results); least-outstanding is `models.generator.image_affinity: false`."""
     for url in urls:
         httpx.post(url.removesuffix("/v1") + "/sim/reset", timeout=5)

@@ -59,7 +59,11 @@ def originals() -> list[Image.Image]:
     out = []
     for photo in photos():
         w, h = photo.size
-        out += [photo.crop((x * w // 2, y * h // 2, (x + 1) * w // 2, (y + 1) * h // 2)) for x in (0, 1) for y in (0, 1)]
+        out += [
+            photo.crop((x * w // 2, y * h // 2, (x + 1) * w // 2, (y + 1) * h // 2))
+            for x in (0, 1)
+            for y in (0, 1)
+        ]
         out.append(photo)
     return [o.resize((512, round(512 * o.height / o.width)), Image.Resampling.BICUBIC) for o in out]
 
@@ -81,7 +85,10 @@ def _rotate(image: Image.Image, degrees: float) -> Image.Image:
 VARIANTS = {
     "crop 2-5% per side": lambda im, rng: (_crop(im, rng, 0.02, 0.05), 90),
     "crop 5% every side": lambda im, rng: (_crop(im, rng, 0.05, 0.05), 90),
-    "rescale 0.5x": lambda im, rng: (im.resize((im.width // 2, im.height // 2), Image.Resampling.BICUBIC), 90),
+    "rescale 0.5x": lambda im, rng: (
+        im.resize((im.width // 2, im.height // 2), Image.Resampling.BICUBIC),
+        90,
+    ),
     "JPEG q30": lambda im, rng: (im, 30),
     "brightness +10%": lambda im, rng: (ImageEnhance.Brightness(im).enhance(1.1), 90),
     "brightness -10%": lambda im, rng: (ImageEnhance.Brightness(im).enhance(0.9), 90),
@@ -107,7 +114,10 @@ def make_quality_set(folder: Path) -> dict[str, tuple[str, str]]:
 def ours(folder: Path, run: Path) -> tuple[float, dict[str, str]]:
     """(seconds for both CLI commands, file name -> group id)."""
     started = time.perf_counter()
-    for argv in (["ingest", "--source", str(folder), "--run", str(run), "--workers", "2"], ["dedupe", "--run", str(run)]):
+    for argv in (
+        ["ingest", "--source", str(folder), "--run", str(run), "--workers", "2"],
+        ["dedupe", "--run", str(run)],
+    ):
         subprocess.run([LENSES, *argv], check=True, capture_output=True)
     seconds = time.perf_counter() - started
     from lenses_data import io as lio
@@ -122,7 +132,9 @@ def ours(folder: Path, run: Path) -> tuple[float, dict[str, str]]:
 def peer(folder: Path) -> tuple[float, dict[str, str]]:
     """(seconds, file name -> group id) for imagededup PHash at its default radius."""
     started = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", PEER, str(folder)], check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", PEER, str(folder)], check=True, capture_output=True, text=True
+    )
     seconds = time.perf_counter() - started
     found = json.loads(out.stdout.strip().splitlines()[-1])
     from scipy.sparse import coo_matrix
@@ -131,8 +143,12 @@ def peer(folder: Path) -> tuple[float, dict[str, str]]:
     names = sorted(p.name for p in folder.glob("*.jpg"))
     at = {n: i for i, n in enumerate(names)}
     edges = [(at[a], at[b]) for a, bs in found.items() for b in bs]
-    a, b = (np.array(x, dtype=np.int64) for x in zip(*edges, strict=True)) if edges else (np.zeros(0, int),) * 2
-    labels = connected_components(coo_matrix((np.ones(len(a)), (a, b)), shape=(len(names),) * 2), directed=False)[1]
+    a, b = (
+        (np.array(x, dtype=np.int64) for x in zip(*edges, strict=True)) if edges else (np.zeros(0, int),) * 2
+    )
+    labels = connected_components(
+        coo_matrix((np.ones(len(a)), (a, b)), shape=(len(names),) * 2), directed=False
+    )[1]
     return seconds, {n: str(labels[i]) for n, i in at.items()}
 
 

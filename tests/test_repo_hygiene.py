@@ -1,4 +1,4 @@
-"""Repository-wide checks: ruff clean, no lenses_data or lenses_app module imports torch or Prefect, CLI
+"""Repository-wide checks: ruff clean and formatted, no lenses_data or lenses_app module imports torch or Prefect, CLI
 help is true."""
 
 from __future__ import annotations
@@ -22,6 +22,20 @@ def test_ruff_is_clean():
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
+    )
+    assert result.returncode == 0, result.stdout[-4000:]
+
+
+def test_python_files_are_ruff_formatted():
+    """`ruff format` leaves every tracked Python file as it is (formatting drift makes merges noisy)."""
+    ruff = shutil.which("ruff", path=str(Path(sys.executable).parent))
+    if ruff is None:
+        pytest.skip("ruff is not installed (dev extra)")
+    tracked = subprocess.run(["git", "ls-files", "*.py"], cwd=REPO_ROOT, capture_output=True, text=True)
+    if tracked.returncode != 0:
+        pytest.skip("not a git checkout")
+    result = subprocess.run(
+        [ruff, "format", "--check", *tracked.stdout.split()], cwd=REPO_ROOT, capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout[-4000:]
 

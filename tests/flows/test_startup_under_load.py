@@ -22,9 +22,7 @@ def saturated_cpu() -> Iterator[int]:
     """BURNERS busy loops, each in a session of its own: the kernel shares the CPU between sessions
     (autogroup), so burners in one session would slow the build no more than one burner."""
     code = "while True:\n    pass\n"
-    burners = [
-        subprocess.Popen([sys.executable, "-c", code], start_new_session=True) for _ in range(BURNERS)
-    ]
+    burners = [subprocess.Popen([sys.executable, "-c", code], start_new_session=True) for _ in range(BURNERS)]
     try:
         yield BURNERS
     finally:

@@ -29,7 +29,9 @@ def test_border_crops_pair_with_their_originals_and_distinct_photos_do_not() -> 
     for k, photo in enumerate(photos):
         w, h = photo.size
         cut = [0.02 + 0.01 * ((k + i) % 4) for i in range(4)]  # 2-5% per side, different per side
-        crops.append(photo.crop((round(cut[0] * w), round(cut[1] * h), w - round(cut[2] * w), h - round(cut[3] * h))))
+        crops.append(
+            photo.crop((round(cut[0] * w), round(cut[1] * h), w - round(cut[2] * w), h - round(cut[3] * h)))
+        )
     phashes, dhashes = codes_of(photos + crops)
     whole = np.bitwise_count(phashes[:n, 0].view(np.uint64) ^ phashes[n:, 0].view(np.uint64))
     assert whole.max() > 8  # the whole-image hash alone misses some of these crops
@@ -38,7 +40,9 @@ def test_border_crops_pair_with_their_originals_and_distinct_photos_do_not() -> 
     # 15 of 16: the asymmetric crop (5/2/3/4%) of the retina (a centred disc on black) aligns at 12 bits
     assert len({(k, n + k) for k in range(n)} & found) >= n - 1
     assert all(b - a == n for a, b in found)  # nothing else: no two distinct photos
-    assert (aligned <= 8).all() and report["confirmed"] == len(pairs) and report["codes_searched"] == 3 * 2 * n
+    assert (
+        (aligned <= 8).all() and report["confirmed"] == len(pairs) and report["codes_searched"] == 3 * 2 * n
+    )
 
 
 def test_an_unconfirmed_candidate_does_not_merge() -> None:

@@ -87,6 +87,7 @@ def test_lenses_check_reports_whether_the_instructions_are_cached(simulator) -> 
         config.generator.image_placeholder = None
         (moved,) = probe.check_roles(config, ["generator"])
         (text_only,) = probe.check_roles(config, ["validator"])
+
     def prefix(report: probe.ProbeReport) -> probe.Check:
         return next(c for c in report.checks if c.capability == "prefix")
 

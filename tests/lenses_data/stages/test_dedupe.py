@@ -108,7 +108,9 @@ def test_default_radius_removes_photometric_variants_and_records_why(
     assert set(rejections["record_id"]) == set(removed["image_id"])
     reasons = dict(zip(rejections["record_id"], rejections["reason"], strict=True))
     for rec in removed.itertuples():
-        assert reasons[rec.image_id] == ("near_duplicate_crop" if "crop" in rec.file else "near_duplicate_phash")
+        assert reasons[rec.image_id] == (
+            "near_duplicate_crop" if "crop" in rec.file else "near_duplicate_phash"
+        )
     for rec in rejections.itertuples():
         assert records.set_index("image_id").loc[rec.record_id, "duplicate_of"] in rec.message
     assert len(records) == len(images)
@@ -172,7 +174,9 @@ def test_stored_hash_is_imagehash_of_the_decoded_view(sample_pool, ingested_run)
         view = view.reduce(view_scale(*view.size))  # past the draft's 1/8 limit (large photos)
         assert bits_to_int64(imagehash.phash(view).hash) == row.phash, row.path
         full = ImageOps.exif_transpose(Image.open(row.path).convert("RGB"))
-        full_diff.append(int(hamming(np.array([row.phash]), np.array([bits_to_int64(imagehash.phash(full).hash)]))[0]))
+        full_diff.append(
+            int(hamming(np.array([row.phash]), np.array([bits_to_int64(imagehash.phash(full).hash)]))[0])
+        )
     assert max(full_diff) <= 6, full_diff
 
 
