@@ -112,3 +112,37 @@ def test_every_listed_command_answers_help():
         )
         assert result.returncode == 0, (name, result.stderr[-2000:])
         assert "usage: lenses" in result.stdout
+
+
+def _make_plan(target: str, home: Path) -> str:
+    """What `make -n TARGET` would run on a machine whose HOME is `home` (nothing built yet: the
+    checkout's own .venv is pointed at a missing folder so its stamps count as absent)."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home)}
+    missing_venv = home / "no-venv"
+    result = subprocess.run(
+        ["make", "-n", target, f"VENV={missing_venv}"], cwd=REPO_ROOT, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+def test_make_test_builds_the_vllm_env_on_a_fresh_machine(tmp_path: Path):
+    """`make test` with an empty HOME plans the vLLM venv's install before pytest (the rule once named
+    $(VLLM_STAMP) before the variable was defined, so make expanded it to nothing and a fresh machine
+    never built the venv: every tests/realvllm test errored)."""
+    plan = _make_plan("test", tmp_path).splitlines()
+    vllm_venv = tmp_path / ".cache" / "lenses"
+    install = [i for i, line in enumerate(plan) if str(vllm_venv) in line and "pip install" in line]
+    assert install, "make test does not install the vLLM venv on a fresh HOME:\n" + "\n".join(plan)
+    pytest_line = next(i for i, line in enumerate(plan) if "-m pytest" in line)
+    assert max(install) < pytest_line, "the vLLM venv is installed after pytest starts"
+    assert any(line.startswith("touch ") and ".lenses-vllm-installed" in line for line in plan)
+
+
+def test_make_run_does_not_build_the_vllm_env(tmp_path: Path):
+    """The run command needs only the pipeline's venv (the simulator answers): no 6 GB vLLM install."""
+    plan = _make_plan("run", tmp_path)
+    assert "lenses run --sample" in plan
+    assert ".cache/lenses/vllm" not in plan
