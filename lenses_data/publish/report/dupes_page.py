@@ -100,7 +100,7 @@ def _overview(view: DupeView) -> str:
     clip = "" if t.get("clip_signal") in (None, "on") else f" (CLIP signal {t['clip_signal']} in this run)"
     crop = _threshold_text("phash_crop", t).removeprefix("threshold ")
     return (
-        f'<p class="meta">{view.total:,} groups of two or more images; removed by signal: {esc(removed)}. '
+        f'<p class="overview">{view.total:,} groups of two or more images; removed by signal: {esc(removed)}. '
         f"Thresholds: pHash {esc(_threshold_text('phash', t).removeprefix('threshold '))}; crop (aligned "
         f"centre-crop pHashes) {esc(crop)}, confirmed by dHash ≤ {esc(t.get('crop_confirm_radius'))}; CLIP "
         f"{esc(_threshold_text('clip', t).removeprefix('threshold '))}{esc(clip)}. Shown: "
