@@ -3,7 +3,8 @@
 The claim: the report's cost follows N, not the dataset. A 100k-image build cannot be made quickly,
 so an export-shaped run directory is synthesised here (in a temporary directory, deleted at the end):
 `export/` (images, captions, prompts and rejections tables written by the export's own writers,
-`manifest.json`, the card's `card_counts.json`), and the run's `ingest`, `dedupe` (+ `pairs.parquet`)
+`manifest.json`, the card's `card_counts.json`), and the run's `ingest`, `dedupe` (+ `pairs.parquet`,
+`summary.json`)
 and `generate` shards that the report looks things up in. 7 captions and 7 prompts per image (the
 paper: 732,405 captions for 105,669 images), one image in 20 a dropped near-duplicate, rejections
 of ~0.4 per image over 8 reasons. The image files are the sample pool's 16 photographs, reused by
@@ -100,7 +101,18 @@ def synthesise(run: Path, size: int, photos: list[str], seed: int = 0) -> None:
         io.write_table(io.shard_path(run, "ingest", start // SHARD), ingest)
         dropped = np.arange(len(part)) % 20 == 19  # linked to the image before it
         groups = np.where(dropped, np.roll(ids[part], 1), ids[part])
-        dedupe = pa.table({"image_id": ids[part], "group_id": groups, "kept": ~dropped})
+        dedupe = pa.table(
+            {
+                "image_id": ids[part],
+                "group_id": groups,
+                "kept": ~dropped,
+                "signal": pa.array(np.where(dropped, "phash", None).tolist(), pa.string()),
+                "distance": pa.array(
+                    np.where(dropped, rng.integers(0, 9, len(part)), np.nan), from_pandas=True
+                ),
+                "linked_via": pa.array(np.where(dropped, groups, None).tolist(), pa.string()),
+            }
+        )
         io.write_table(io.shard_path(run, "dedupe", start // SHARD), dedupe)
     rows = SHARD * TEXTS_PER_IMAGE  # generate shards: the captions again, where rejected text ids are found
     for index, start in enumerate(range(0, len(captions), rows)):
@@ -128,6 +140,8 @@ def _pairs_and_rejections(run: Path, ids, order, captions: pa.Table, rng: np.ran
     io.write_table(
         io.stage_dir(run, "dedupe") / "pairs.parquet", pa.Table.from_pandas(pairs, preserve_index=False)
     )
+    thresholds = {"hamming_radius": 8, "crop_radius": 8, "crop_confirm_radius": 14, "clip_threshold": 0.95}
+    io.atomic_write_json(io.stage_dir(run, "dedupe") / "summary.json", {"thresholds": thresholds})
     count = int(0.4 * len(ids))
     which = rng.integers(0, len(REASONS), size=count)
     texts = captions["text_id"].to_numpy(zero_copy_only=False)[rng.integers(0, len(captions), size=count)]

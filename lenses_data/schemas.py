@@ -101,7 +101,11 @@ class DedupeRecord(Record):
     kept: bool
     duplicate_of: str | None = None
     signal: DedupeSignal | None = None
-    distance: float | None = Field(default=None, description="Hamming bits (phash) or 1-cosine (clip)")
+    distance: float | None = Field(
+        default=None,
+        description="Of the pair that removed it: Hamming bits (phash, both), aligned crop bits (phash_crop) "
+        "or 1-cosine (clip)",
+    )
     cluster_id: int | None = None
     linked_via: str | None = Field(default=None, description="Group member whose pair linked this one")
     split_group_id: str | None = Field(
@@ -118,6 +122,11 @@ class DedupePair(Record):
     hamming: int | None = None
     cosine: float | None = None
     tier: Literal["duplicate", "leakage"]
+    aligned: int | None = Field(
+        default=None,
+        description="Aligned centre-crop pHash bits, where the crop signal confirmed the pair; "
+        "null in runs written before this column",
+    )
 
 
 class SplitAssignment(Record):

@@ -9,8 +9,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     description = (
         "Write a static, self-contained HTML report of an export (EXPORT/report/index.html plus 256 px "
         "WebP thumbnails): a paged gallery of N images with their prompts and captions by lens, "
-        "near-duplicate groups, rejections by stage and reason with examples, and the dataset card's "
-        "funnel and Table-1 counts. Opens from disk; loads nothing from the network. The export writes "
+        "near-duplicate groups (kept beside removed, each removal's signal, distance and threshold; the "
+        "largest groups and those nearest each threshold first), rejections by stage and reason with "
+        "examples, and the dataset card's funnel and Table-1 counts. Opens from disk; loads nothing from the network. The export writes "
         "one too (export.report_images)."
     )
     parser = subparsers.add_parser(
@@ -21,7 +22,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", help="report folder (default: EXPORT/report)")
     parser.add_argument("--n", type=int, default=200, help="images in the gallery (default: 200)")
     parser.add_argument("--examples", type=int, default=5, help="examples per rejection reason (default: 5)")
-    parser.add_argument("--groups", type=int, default=24, help="near-duplicate groups shown (default: 24)")
+    parser.add_argument(
+        "--groups",
+        type=int,
+        default=24,
+        help="near-duplicate groups shown, most informative first (default: 24)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="where the gallery's block of image ids starts")
     parser.set_defaults(func=handle)
 

@@ -206,7 +206,7 @@ def find_duplicates(frame: pd.DataFrame, config: DedupeConfig) -> DedupeResult:
 
 
 def _pair_table(pairs: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
-    """DedupePair columns; missing hamming/cosine are NA/NaN (null in Parquet)."""
+    """DedupePair columns; missing hamming/cosine/aligned are NA/NaN (null in Parquet)."""
     ids = frame["image_id"].to_numpy()
     return pd.DataFrame(
         {
@@ -216,6 +216,7 @@ def _pair_table(pairs: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
             "hamming": pairs["hamming"].astype("Int64").array,
             "cosine": pairs["cosine"].to_numpy(float),
             "tier": pairs["tier"].to_numpy(),
+            "aligned": pairs["aligned"].astype("Int64").array,
         }
     )
 
@@ -263,6 +264,9 @@ def _summary(frame, records, pairs, rejections, config, status, device, plan, cl
             "leakage_hamming_radius": config.leak_radius,
             "clip_threshold": config.clip_threshold,
             "leakage_threshold": config.leakage_threshold,
+            # the crop signal's own radii (a phash_crop removal is judged against these)
+            "crop_radius": config.crop_radius if config.crop_signal else None,
+            "crop_confirm_radius": config.crop_confirm_radius if config.crop_signal else None,
             # where the default radius comes from, so a reader can judge a non-default one
             "calibrated_default_radius": DedupeConfig.model_fields["hamming_radius"].default,
             "calibration": "lenses dedupe --calibrate on the sample pool (docs/components/dedupe.md)",

@@ -173,8 +173,9 @@ def format_summary(summary: dict[str, Any]) -> str:
     ]
     crop = summary.get("crop_signal")
     lines.append(
-        f"  crop signal: {crop['candidates']} candidate pairs ({crop['candidates_per_image']}/image), "
-        f"{crop['confirmed']} confirmed by dHash, {crop['seconds']} s"
+        f"  crop signal: {crop['candidates']} candidate pairs ({crop['candidates_per_image']}/image, aligned "
+        f"radius {t.get('crop_radius')}), {crop['confirmed']} confirmed by dHash (radius "
+        f"{t.get('crop_confirm_radius')}), {crop['seconds']} s"
         if crop
         else "  crop signal: off"
     )

@@ -1,7 +1,8 @@
 """The build report as a person meets it: `lenses run --sample` prints its path, `lenses report`
 rewrites it with hostile texts planted in the export, and headless Chromium (Debian's `chromium`,
 driven through its `chromedriver` by selenium) opens it from disk: no console errors, every sampled
-image in the gallery, filters by lens, split and reason, the planted texts shown and never run."""
+image in the gallery, filters by lens, split and reason, the planted texts shown and never run, and
+the near-duplicate groups: every thumbnail loaded, each removed image naming its signal and distance."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from lenses_data import io
+from lenses_data.schemas import DedupeRecord
 from lenses_data.stages.export_tables import ExportImage, ExportText, typed_parquet
 
 LENSES = str(Path(sys.executable).parent / "lenses")
@@ -78,6 +81,42 @@ def _visible(browser, selector: str) -> list:
     return [el for el in browser.find_elements("css selector", selector) if el.is_displayed()]
 
 
+def _loaded(browser, image) -> bool:
+    """Scrolled into view (thumbnails load lazily), then decoded: naturalWidth > 0."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.execute_script("arguments[0].scrollIntoView()", image)
+    return WebDriverWait(browser, 10).until(
+        lambda b: b.execute_script("return arguments[0].complete && arguments[0].naturalWidth > 0", image)
+    )
+
+
+def _check_duplicate_groups(browser, run: Path) -> None:
+    """Every removed image of the sample build is shown beside its kept image, both thumbnails load, and
+    its caption names the signal that merged it and the distance (as dedupe recorded them)."""
+    records = io.read_stage(run, "dedupe", DedupeRecord)
+    removed = records[~records["kept"]].set_index("image_id")
+    label = {"phash": "pHash", "both": "pHash + CLIP", "phash_crop": "crop", "clip": "CLIP"}
+    groups = browser.find_elements("css selector", "#dedupe .group")
+    assert len(groups) == removed["group_id"].nunique() > 0
+    shown = set()
+    for group in groups:
+        kept = group.find_element("css selector", "figure.kept")
+        assert group.get_attribute("data-group") in kept.text
+        for image in group.find_elements("css selector", "figure img"):
+            assert _loaded(browser, image), image.get_attribute("src")
+        for figure in group.find_elements("css selector", "figure.dropped"):
+            image_id = figure.find_element("css selector", "code").text
+            rec = removed.loc[image_id]
+            unit = "aligned bits" if rec["signal"] == "phash_crop" else "bits"
+            assert f"{label[rec['signal']]}: distance {int(rec['distance'])} {unit}" in figure.text, (
+                figure.text
+            )
+            assert "threshold" in figure.text and figure.get_attribute("data-signal") == rec["signal"]
+            shown.add(image_id)
+    assert shown == set(removed.index)
+
+
 def _choose(browser, name: str, value: str) -> None:
     from selenium.webdriver.support.ui import Select
 
@@ -111,6 +150,7 @@ def test_sample_report_in_chromium(tmp_path, browser):
     assert PLANTED in browser.find_element("id", "gallery").text
     assert PLANTED in browser.find_element("id", "rejections").text
     assert PLANTED_FILE in browser.find_element("id", "gallery").text
+    _check_duplicate_groups(browser, run)
 
     per_lens = texts.assign(lens=texts["lens"].astype(str)).groupby("lens")["image_id"].nunique()
     lens = str(per_lens.idxmin())  # the lens of the fewest images

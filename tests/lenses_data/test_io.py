@@ -187,6 +187,7 @@ def test_columns_to_table_equals_the_validated_table_and_checks_each_column() ->
             "hamming": pd.array([3, 9, None], dtype="Int64"),
             "cosine": [np.nan, np.nan, 0.97],
             "tier": ["duplicate", "duplicate", "leakage"],
+            "aligned": pd.array([None, 5, None], dtype="Int64"),
         }
     )
     columns = {name: frame[name] for name in frame}

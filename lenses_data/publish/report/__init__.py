@@ -18,7 +18,8 @@ import pandas as pd
 
 from lenses_data import io
 from lenses_data.publish import card, card_counts
-from lenses_data.publish.report import page, select
+from lenses_data.publish.report import dupes_page, page, select
+from lenses_data.publish.report.dupes import dedupe_view
 from lenses_data.publish.report.thumbs import make_thumbnails
 
 REPORT_DIR = "report"
@@ -118,9 +119,9 @@ def write_report(
     manifest = json.loads((export / "manifest.json").read_text())
     counts = _counts(run, export)
     images, texts, total = _gallery(export, n, seed)
-    dedupe = select.dedupe_groups(run, groups)
+    dedupe = dedupe_view(run, groups)
     found, rejected = _rejections(run, export, counts["rejections"], examples)
-    others = {m["image_id"] for g in dedupe for m in g["members"]}
+    others = {m["image_id"] for g in dedupe.groups for m in g["members"]}
     others |= {i for f in found.values() for i in f["image_id"] if isinstance(i, str)}
     thumbs = _thumbnails(run, out, images, others)
     by_image: dict[str, list[dict[str, Any]]] = {}
@@ -137,9 +138,8 @@ def write_report(
     body = (
         page.filters_html(sorted({str(r) for r in counts["rejections"]["Reason"]}))
         + f'<section id="gallery"><h2>Images ({len(images):,} of {total:,})</h2><div class="grid">{items}</div></section>'
-        + '<section id="dedupe"><h2>Near-duplicate groups</h2>'
-        + ("".join(page.group_html(g, thumbs) for g in dedupe) or "<p>No group of two or more images.</p>")
-        + f'</section><section id="rejections"><h2>Rejections by stage and reason</h2>{reasons}</section>'
+        + dupes_page.section_html(dedupe, thumbs)
+        + f'<section id="rejections"><h2>Rejections by stage and reason</h2>{reasons}</section>'
         + _counts_html(counts)
     )
     banner = f"SIMULATED. {card.SIMULATED_NOTE}" if manifest.get("simulated") else None
@@ -152,7 +152,7 @@ def write_report(
     return {
         "index": str(index),
         "images": len(images),
-        "groups": len(dedupe),
+        "groups": len(dedupe.groups),
         "reasons": len(counts["rejections"]),
         "seconds": time.perf_counter() - started,
         "bytes": size,

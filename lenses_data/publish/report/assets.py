@@ -26,6 +26,10 @@ del { color: #b00020; } ins { color: #1b5e20; text-decoration: none; }
 .members { display: flex; gap: .6rem; flex-wrap: wrap; }
 figure { margin: 0; max-width: 260px; }
 figure.kept { outline: 3px solid #2e7d32; }
+figure.dropped { outline: 1px dashed #999; }
+figure.near { outline: 3px solid #ef6c00; }
+.evidence { display: block; margin-top: .2rem; color: #333; word-break: normal; }
+.overview { max-width: 70rem; }
 figcaption { font-size: 12px; word-break: break-all; }
 table { border-collapse: collapse; margin: .4rem 0 1rem; background: #fff; }
 th, td { border: 1px solid #ccc; padding: .2rem .5rem; text-align: left; }

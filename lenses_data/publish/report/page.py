@@ -88,37 +88,6 @@ def gallery_item(image: dict[str, Any], texts: list[dict[str, Any]], thumb: str 
     )
 
 
-def _pair_row(pair: dict[str, Any]) -> str:
-    def number(value: Any, digits: int) -> str:
-        return "-" if value is None or value != value else f"{float(value):.{digits}f}"
-
-    return (
-        f"<tr><td><code>{esc(pair['image_a'])}</code> / <code>{esc(pair['image_b'])}</code></td>"
-        f"<td>{esc(pair['signal'])}</td><td>{number(pair['hamming'], 0)}</td><td>{number(pair['cosine'], 3)}</td></tr>"
-    )
-
-
-def group_html(group: dict[str, Any], thumbs: dict[str, str]) -> str:
-    """A near-duplicate group side by side, the kept image outlined, and its linked pairs."""
-    figures = []
-    for member in group["members"]:
-        kept = bool(member["kept"])
-        label = "kept" if kept else "dropped"
-        figures.append(
-            f'<figure class="{label}">{image_tag(thumbs.get(member["image_id"]), member["image_id"])}'
-            f"<figcaption><b>{label}</b> <code>{esc(member['image_id'])}</code></figcaption></figure>"
-        )
-    rows = "".join(_pair_row(p) for p in group["pairs"])
-    pairs = (
-        "<table><thead><tr><th>pair</th><th>signal</th><th>Hamming (bits)</th><th>CLIP similarity</th></tr>"
-        f"</thead><tbody>{rows}</tbody></table>"
-    )
-    return (
-        f'<div class="group" data-group="{esc(group["group_id"])}"><div class="members">{"".join(figures)}</div>'
-        f"{pairs}</div>"
-    )
-
-
 def _example_html(row: dict[str, Any], text: dict[str, Any] | None, thumb: str | None) -> str:
     parts = [f'<div class="meta">record <code>{esc(row["record_id"])}</code>']
     if row.get("source") == row.get("source") and row.get("source"):

@@ -7,8 +7,8 @@
 - Rejection examples: `rejections.parquet` is sorted by stage and reason, so `head` per reason
   reads the row groups of that reason only; rejected texts are read from the few generate shards
   that hold the chosen examples (`choose_examples`).
-- Whole-dataset reads are single id-like columns (ingest `image_id`, dedupe `group_id`/`kept`,
-  generate `text_id`); wide columns (paths, texts, messages, answers) only for the rows shown.
+- Whole-dataset reads are single id-like columns (ingest `image_id`, generate `text_id`; dedupe:
+  the removed rows only, `dupes.py`); wide columns (paths, texts, messages, answers) only for the rows shown.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import random
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import pyarrow as pa
@@ -100,35 +99,6 @@ def ingest_rows(run: Path, ids: Iterable[str]) -> pd.DataFrame:
     """Path and licence of ingested images (the export's images table has no licence column)."""
     found = lookup(shards(run, "ingest"), "image_id", ids, ("image_id", "path", "licence"))
     return found.drop_duplicates("image_id").set_index("image_id")
-
-
-def dedupe_groups(run: Path, limit: int) -> list[dict[str, Any]]:
-    """Up to `limit` near-duplicate groups of two or more images: members (kept marked) and the
-    linked pairs with their Hamming distance and CLIP cosine where the signal gave one."""
-    paths = shards(run, "dedupe")
-    if not paths or limit <= 0:
-        return []
-    table = pa.concat_tables([pq.read_table(p, columns=["image_id", "group_id", "kept"]) for p in paths])
-    dropped = table.filter(pc.invert(table["kept"]))["group_id"]
-    chosen = sorted(set(pc.unique(dropped).to_pylist()))[:limit]
-    members = table.filter(pc.is_in(table["group_id"], value_set=pa.array(chosen, pa.string()))).to_pandas()
-    pairs_path = io.stage_dir(run, "dedupe") / "pairs.parquet"
-    ids = pa.array(sorted(members["image_id"]), pa.string())
-    pairs = pd.DataFrame(columns=["image_a", "image_b", "signal", "hamming", "cosine", "tier"])
-    if pairs_path.exists() and len(ids):
-        found = pq.read_table(pairs_path, columns=list(pairs.columns))
-        pairs = found.filter(pc.is_in(found["image_a"], value_set=ids)).to_pandas()
-    groups = []
-    for group_id in chosen:
-        rows = members[members["group_id"] == group_id].sort_values(
-            ["kept", "image_id"], ascending=[False, True]
-        )
-        inside = set(rows["image_id"])
-        linked = pairs[pairs["image_a"].isin(inside) & pairs["image_b"].isin(inside)]
-        groups.append(
-            {"group_id": group_id, "members": rows.to_dict("records"), "pairs": linked.to_dict("records")}
-        )
-    return groups
 
 
 def rejection_examples(

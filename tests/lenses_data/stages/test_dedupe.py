@@ -282,6 +282,11 @@ def test_cli_dedupe_and_calibrate(sample_pool, ingested_run, tmp_path, capsys, m
     assert main(["dedupe", "--run", str(run)]) == 0
     out = capsys.readouterr().out
     assert "CLIP signal: OFF" in out and "radius 8" in out
+    assert "aligned radius 8)" in out and "confirmed by dHash (radius 14)" in out  # the crop radii
+    assert (
+        read_summary(run)["thresholds"] | {"crop_radius": 8, "crop_confirm_radius": 14}
+        == read_summary(run)["thresholds"]
+    )
     assert main(["dedupe", "--calibrate", str(sample_pool)]) == 0
     assert "recommended radius: 8" in capsys.readouterr().out
     monkeypatch.setenv("LENSES__DEDUPE__CLIP_THRESHOLD", "1.7")
