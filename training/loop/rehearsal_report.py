@@ -155,7 +155,7 @@ def format_report(r: dict) -> str:
     lines += [
         f"projection: {p['steps']:,} steps x {p['images_per_step']:,} images on {p['gpus']} GPU(s) "
         f"({p['accumulation']:g} micro-batches per GPU per step): "
-        f"{p['wall_hours']:,.1f} h wall, {p['gpu_hours']:,.0f} GPU-hours",
+        f"{p['wall_hours']:,.1f} h wall, {p['gpu_hours']:,.1f} GPU-hours",
         f"  ({r['not_included']} not included)",
     ]
     return "\n".join(lines)

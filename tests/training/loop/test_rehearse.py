@@ -1,0 +1,102 @@
+"""`lenses train --rehearse` at tiny size on the CPU: the step runs, the report's figures agree with
+each other, and a batch over the memory budget is refused with the largest batch that fits."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from training.loop.rehearsal_report import known_peak_flops, project  # noqa: E402
+from training.loop.rehearse import RehearsalOptions, rehearse  # noqa: E402
+
+
+@pytest.fixture()
+def config_only_dir(tiny_base, tmp_path):
+    """The tiny model directory without its weight files: config.json and the processor only."""
+    out = tmp_path / "config-only"
+    shutil.copytree(tiny_base, out, ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
+    assert not list(out.glob("*.safetensors"))
+    return out
+
+
+@pytest.fixture()
+def rehearsal_config(tiny_config, config_only_dir):
+    tiny_config.model.path = str(config_only_dir)
+    tiny_config.optim.accum_steps = 2  # two timed micro-batches, one optimizer step
+    return tiny_config
+
+
+def test_report_figures_are_consistent(rehearsal_config):
+    report = rehearse(rehearsal_config, RehearsalOptions(gpus=4, peak_tflops=2.0), "tiny")
+    assert report["fits"] and report["random_weights"]
+    m, p = report["measured"], report["projection"]
+    sec = report["seconds_per_micro_batch"]
+    assert m["micro_batches"] == 2 and sec == pytest.approx(m["seconds"] / 2)
+    assert m["images_per_batch"] == 6 and m["captions_per_batch"] == 6 * 5
+    assert report["images_per_s"] == pytest.approx(6 / sec)
+    assert report["tokens_per_s"] == pytest.approx(m["lm_tokens"] / sec)
+    # 32 px images with 32 px tiles: the processor's anyres gives 1 tile + the base image, 16 patches + CLS
+    assert m["vision_tokens"] == 6 * 2 * (16 + 1)
+    assert m["lm_tokens"] == pytest.approx(6 * m["image_input_tokens"] + 30 * m["caption_tokens"])
+    params = report["params"]
+    assert 0 < params["trainable"] < params["lm"] < params["total"] and params["vision"] > 0
+    flops = 6 * params["lm"] * m["lm_tokens"] + 2 * params["vision"] * m["vision_tokens"]
+    assert report["flops_per_micro_batch"] == pytest.approx(flops)
+    assert report["mfu"] == pytest.approx(flops / sec / 2e12)
+    # the tiny recipe on 4 GPUs: 30 steps x (6 images x 2 accumulation x 4 GPUs)
+    assert (p["gpus"], p["steps"], p["images_per_step"], p["accumulation"]) == (4, 30, 48, 2.0)
+    assert p["wall_hours"] == pytest.approx(30 * 2 * sec / 3600)
+    assert p["gpu_hours"] == pytest.approx(p["wall_hours"] * 4)
+    mem = report["memory"]
+    assert mem["kind"] == "cpu" and mem["peak_allocated_bytes"] is None
+    assert mem["estimated_bytes"] > mem["saved_activation_bytes"] > 0
+
+
+def test_a_batch_over_the_budget_is_refused_with_the_largest_that_fits(rehearsal_config):
+    rehearsal_config.optim.accum_steps = 1
+    estimates = {}
+    for images in (6, 3):
+        rehearsal_config.data.images_per_batch = images
+        estimates[images] = rehearse(rehearsal_config, RehearsalOptions())["memory"]["estimated_bytes"]
+    assert estimates[3] < estimates[6]
+    rehearsal_config.data.images_per_batch = 6
+    budget = (estimates[3] + estimates[6]) / 2 / 1024**3
+    report = rehearse(rehearsal_config, RehearsalOptions(memory_budget_gib=budget))
+    assert not report["fits"] and report["largest_fitting_images_per_batch"] == 3
+    assert "3 images per micro-batch" in report["refusal"] and "in-batch negatives" in report["refusal"]
+    tiny = rehearse(rehearsal_config, RehearsalOptions(memory_budget_gib=1e-6))
+    assert not tiny["fits"] and tiny["largest_fitting_images_per_batch"] is None
+
+
+def test_cli_rehearse_writes_json_and_exits_2_when_refused(
+    rehearsal_config, config_only_dir, tmp_path, capsys
+):
+    from lenses_app.cli import build_parser
+
+    out = tmp_path / "rehearsal.json"
+    argv = ["train", "--config", "tiny", "--model-path", str(config_only_dir), "--out", str(tmp_path / "r")]
+    args = build_parser().parse_args([*argv, "--rehearse", "--gpus", "2", "--json", str(out)])
+    assert args.func(args) == 0
+    report = json.loads(out.read_text())
+    assert report["schema"] == "lenses-train-rehearsal/1" and report["projection"]["gpus"] == 2
+    assert "seconds per micro-batch" in capsys.readouterr().out
+    args = build_parser().parse_args([*argv, "--rehearse", "--memory-budget-gib", "1e-6"])
+    assert args.func(args) == 2
+    assert "refused: 6 images per micro-batch do not fit" in capsys.readouterr().err
+
+
+def test_projection_of_the_paper_recipe_and_known_peaks():
+    # the figures of issue 31: 10.51 s per 20-image micro-batch on H200, 10,000 steps x 640 images
+    h200 = project(10.51, 20, 10_000, 640, 8)
+    assert h200.accumulation == 4 and h200.wall_hours == pytest.approx(116.8, abs=0.1)
+    assert h200.gpu_hours == pytest.approx(934.2, abs=0.1)
+    assert project(10.51, 20, 10_000, 640, 4).wall_hours == pytest.approx(2 * h200.wall_hours)
+    assert known_peak_flops("NVIDIA H100 PCIe") == 756e12
+    assert known_peak_flops("NVIDIA H100 80GB HBM3") == known_peak_flops("NVIDIA H200") == 989e12
+    assert known_peak_flops("cpu") is None
+    with pytest.raises(ValueError):
+        project(1.0, 20, 10, 640, 0)
