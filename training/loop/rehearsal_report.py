@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from lenses_data.plan.training import project_training
+
 GIB = 1024**3
 
 # Dense (not sparse) bf16 tensor-core peaks from NVIDIA's data sheets, in FLOP/s; matched by name.
@@ -83,11 +85,11 @@ class Projection:
 
 
 def project(seconds_per_micro: float, images_per_batch: int, steps: int, images_per_step: int, gpus: int):
-    if gpus < 1 or steps < 1 or images_per_step < 1:
-        raise ValueError("gpus, steps and images per step must be positive")
-    accumulation = images_per_step / (images_per_batch * gpus)
-    wall_h = steps * accumulation * seconds_per_micro / 3600
-    return Projection(gpus, steps, images_per_step, accumulation, wall_h, wall_h * gpus)
+    """The recipe's wall time and GPU-hours (the formula lives with `lenses plan`, which reads it too)."""
+    accumulation, wall_h, gpu_h = project_training(
+        seconds_per_micro, images_per_batch, steps, images_per_step, gpus
+    )
+    return Projection(gpus, steps, images_per_step, accumulation, wall_h, gpu_h)
 
 
 def throughput(params: ParamCounts, m: Measured, peak_flops: float | None) -> dict:

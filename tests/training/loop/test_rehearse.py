@@ -84,6 +84,11 @@ def test_cli_rehearse_writes_json_and_exits_2_when_refused(
     report = json.loads(out.read_text())
     assert report["schema"] == "lenses-train-rehearsal/1" and report["projection"]["gpus"] == 2
     assert "seconds per micro-batch" in capsys.readouterr().out
+    from lenses_data.plan import training_from_rehearsal  # the plan reads what the rehearsal wrote
+
+    planned = training_from_rehearsal(out)
+    assert planned.gpu_hours == pytest.approx(report["projection"]["gpu_hours"])
+    assert planned.seconds_per_micro_batch == report["seconds_per_micro_batch"]
     args = build_parser().parse_args([*argv, "--rehearse", "--memory-budget-gib", "1e-6"])
     assert args.func(args) == 2
     assert "refused: 6 images per micro-batch do not fit" in capsys.readouterr().err
