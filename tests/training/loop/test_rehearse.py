@@ -30,9 +30,11 @@ def rehearsal_config(tiny_config, config_only_dir):
     return tiny_config
 
 
-def test_report_figures_are_consistent(rehearsal_config):
+def test_report_figures_are_consistent(rehearsal_config, tiny_retriever):
     report = rehearse(rehearsal_config, RehearsalOptions(gpus=4, peak_tflops=2.0), "tiny")
     assert report["fits"] and report["random_weights"]
+    # random weights from config.json alone: the same network as the one loaded from the weights
+    assert report["params"]["total"] == sum(p.numel() for p in tiny_retriever[0].parameters())
     m, p = report["measured"], report["projection"]
     sec = report["seconds_per_micro_batch"]
     assert m["micro_batches"] == 2 and sec == pytest.approx(m["seconds"] / 2)
@@ -105,3 +107,19 @@ def test_projection_of_the_paper_recipe_and_known_peaks():
     assert known_peak_flops("cpu") is None
     with pytest.raises(ValueError):
         project(1.0, 20, 10, 640, 0)
+
+
+def test_synthetic_batches_have_the_configured_shapes(tiny_retriever, tiny_config):
+    from training.loop.rehearsal_batches import Shape, synthetic_batches
+
+    processor = tiny_retriever[1]
+    (typical,) = synthetic_batches(processor, tiny_config.data, True, Shape(), 1)
+    assert typical["img_slot_lens"].shape == (6, 6)  # 6 images x 6 prompts, lenses in turn
+    assert typical["img_slot_lens"][0].tolist() == [0, 1, 2, 3, 4, 0]
+    assert typical["txt_input_ids"].shape[0] == 6 * tiny_config.data.captions_per_image
+    assert typical["pixel_values"].shape[-2:] == (32, 32)  # the processor's own tiles
+    data = tiny_config.data.model_copy(update={"max_image_tokens": 4096})
+    (worst,) = synthetic_batches(processor, data, True, Shape.worst_case(data), 1)
+    assert worst["img_slot_lens"].shape[1] == data.max_prompts_per_image
+    lengths = worst["txt_attention_mask"].sum(dim=1)  # caption inputs cut at max_caption_tokens
+    assert bool((lengths == data.max_caption_tokens).all()) and worst["n_captions_truncated"] == 30
