@@ -142,6 +142,28 @@ def _release(optimizer, device: torch.device, tracker: MemoryTracker) -> None:
     tracker.reset()
 
 
+def _meta(cfg: TrainConfig, opts, base: Path, device, retriever, build_seconds: float, config_name: str):
+    return {
+        "config": config_name,
+        "model_dir": str(base),
+        "random_weights": opts.random_weights,
+        "build_seconds": build_seconds,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "dtype": str(retriever.compute_dtype).removeprefix("torch."),
+        "checkpointing": checkpointing_of(cfg, device),
+        "accum_steps": cfg.optim.accum_steps,
+        "warmup_micro_batches": opts.warmup,
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+    }
+
+
+def checkpointing_of(cfg: TrainConfig, device: torch.device) -> bool:
+    """As train() resolves it: run.gradient_checkpointing, or on when running on a GPU."""
+    setting = cfg.run.gradient_checkpointing
+    return device.type == "cuda" if setting is None else setting
+
+
 def rehearse(cfg: TrainConfig, opts: RehearsalOptions, config_name: str = "") -> dict:
     """The rehearsal's report (`fits: false` with a refusal and the largest fitting batch)."""
     from training.loop.optim import build_optimizer
@@ -150,26 +172,12 @@ def rehearse(cfg: TrainConfig, opts: RehearsalOptions, config_name: str = "") ->
     device = resolve_device(cfg.run.device)
     device = torch.device("cuda", torch.cuda.current_device()) if device.type == "cuda" else device
     torch.manual_seed(cfg.run.seed)
-    checkpointing = cfg.run.gradient_checkpointing
-    checkpointing = device.type == "cuda" if checkpointing is None else checkpointing
     base = _base_dir(cfg)
     build_start = time.perf_counter()
     retriever, processor, _ = build_retriever(
-        cfg, base, device, checkpointing=checkpointing, random_weights=opts.random_weights
+        cfg, base, device, checkpointing=checkpointing_of(cfg, device), random_weights=opts.random_weights
     )
-    meta = {
-        "config": config_name,
-        "model_dir": str(base),
-        "random_weights": opts.random_weights,
-        "build_seconds": time.perf_counter() - build_start,
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "dtype": str(retriever.compute_dtype).removeprefix("torch."),
-        "checkpointing": checkpointing,
-        "accum_steps": cfg.optim.accum_steps,
-        "warmup_micro_batches": opts.warmup,
-        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "torch": torch.__version__,
-    }
+    meta = _meta(cfg, opts, base, device, retriever, time.perf_counter() - build_start, config_name)
     retriever.train()
     optimizer = build_optimizer(retriever, cfg.optim)
     lens_mode = cfg.loss.mode == "lens"

@@ -32,7 +32,7 @@ def rehearsal_config(tiny_config, config_only_dir):
 
 def test_report_figures_are_consistent(rehearsal_config, tiny_retriever):
     report = rehearse(rehearsal_config, RehearsalOptions(gpus=4, peak_tflops=2.0), "tiny")
-    assert report["fits"] and report["random_weights"]
+    assert report["fits"] and report["random_weights"] and report["checkpointing"] is False  # CPU default
     # random weights from config.json alone: the same network as the one loaded from the weights
     assert report["params"]["total"] == sum(p.numel() for p in tiny_retriever[0].parameters())
     m, p = report["measured"], report["projection"]
@@ -82,8 +82,11 @@ def test_cli_rehearse_writes_json_and_exits_2_when_refused(
     out = tmp_path / "rehearsal.json"
     argv = ["train", "--config", "tiny", "--model-path", str(config_only_dir), "--out", str(tmp_path / "r")]
     args = build_parser().parse_args([*argv, "--rehearse", "--gpus", "2", "--json", str(out)])
+    args.config = str(tmp_path / "checkpointed.yaml")  # the config's checkpointing is the rehearsal's
+    (tmp_path / "checkpointed.yaml").write_text("extends: tiny\nrun: {gradient_checkpointing: true}\n")
     assert args.func(args) == 0
     report = json.loads(out.read_text())
+    assert report["checkpointing"] is True and report["fits"]
     assert report["schema"] == "lenses-train-rehearsal/1" and report["projection"]["gpus"] == 2
     assert "seconds per micro-batch" in capsys.readouterr().out
     from lenses_data.plan import training_from_rehearsal  # the plan reads what the rehearsal wrote
