@@ -84,7 +84,7 @@ def _rehearse(args: argparse.Namespace, cfg) -> int:
 
     from training.loop.rehearsal_batches import Shape
     from training.loop.rehearsal_report import format_report
-    from training.loop.rehearse import RehearsalOptions, rehearse
+    from training.loop.rehearse import RehearsalError, RehearsalOptions, rehearse
 
     opts = RehearsalOptions(
         gpus=args.gpus,
@@ -97,7 +97,11 @@ def _rehearse(args: argparse.Namespace, cfg) -> int:
         memory_budget_gib=args.memory_budget_gib,
         random_weights=not args.load_weights,
     )
-    report = rehearse(cfg, opts, args.config)
+    try:
+        report = rehearse(cfg, opts, args.config)
+    except RehearsalError as error:  # no model directory, no GPU: one clear line
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     if not report["fits"]:
@@ -127,6 +131,9 @@ def handle(args: argparse.Namespace) -> int:
         overrides["run"]["resume"] = False
     cfg = load_train_config(args.config, overrides)
     if args.rehearse:
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            print("error: --rehearse runs in one process; start it without torchrun", file=sys.stderr)
+            return 2
         return _rehearse(args, cfg)
     result = train(cfg, max_steps=args.max_steps)
     shutdown()

@@ -34,6 +34,10 @@ from training.loop.rehearsal_report import (
 from training.retriever.config import TrainConfig
 
 
+class RehearsalError(ValueError):
+    """A rehearsal that cannot start here (no model directory, no GPU), worded for the user."""
+
+
 @dataclass
 class RehearsalOptions:
     gpus: int = 8  # GPUs of the projected run
@@ -50,7 +54,7 @@ class RehearsalOptions:
 def _base_dir(cfg: TrainConfig) -> Path:
     if cfg.model.source == "local":
         if not cfg.model.path or not (Path(cfg.model.path) / "config.json").exists():
-            raise FileNotFoundError(
+            raise RehearsalError(
                 f"model.path must be a model directory with config.json: {cfg.model.path!r}"
             )
         return Path(cfg.model.path)
@@ -170,6 +174,8 @@ def rehearse(cfg: TrainConfig, opts: RehearsalOptions, config_name: str = "") ->
     from training.retriever.build import build_retriever, resolve_device
 
     device = resolve_device(cfg.run.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RehearsalError("the config's run.device is cuda, but torch sees no CUDA device on this machine")
     device = torch.device("cuda", torch.cuda.current_device()) if device.type == "cuda" else device
     torch.manual_seed(cfg.run.seed)
     base = _base_dir(cfg)

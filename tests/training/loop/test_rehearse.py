@@ -97,6 +97,10 @@ def test_cli_rehearse_writes_json_and_exits_2_when_refused(
     args = build_parser().parse_args([*argv, "--rehearse", "--memory-budget-gib", "1e-6"])
     assert args.func(args) == 2
     assert "refused: 6 images per micro-batch do not fit" in capsys.readouterr().err
+    args = build_parser().parse_args([*argv[:3], "--model-path", str(tmp_path / "missing"), "--rehearse"])
+    args.config = str(tmp_path / "checkpointed.yaml")
+    (tmp_path / "checkpointed.yaml").write_text("extends: tiny\nmodel: {source: local}\n")
+    assert args.func(args) == 2 and "config.json" in capsys.readouterr().err
 
 
 def test_projection_of_the_paper_recipe_and_known_peaks():
