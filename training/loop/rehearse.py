@@ -54,9 +54,7 @@ class RehearsalOptions:
 def _base_dir(cfg: TrainConfig) -> Path:
     if cfg.model.source == "local":
         if not cfg.model.path or not (Path(cfg.model.path) / "config.json").exists():
-            raise RehearsalError(
-                f"model.path must be a model directory with config.json: {cfg.model.path!r}"
-            )
+            raise RehearsalError(f"model.path must be a model directory with config.json: {cfg.model.path!r}")
         return Path(cfg.model.path)
     from training.dryrun.tiny import materialize_tiny_base
 
