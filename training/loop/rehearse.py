@@ -1,8 +1,9 @@
 """`lenses train --rehearse`: time the configured training step before a multi-day job starts.
 
-Builds the configured retriever (`build_retriever`, so the same LoRA, dtype, autocast and
-checkpointing as `train()`) from its model directory's config.json with random weights made
-straight on the device, feeds synthetic micro-batches of the real shapes (rehearsal_batches),
+Builds the configured retriever with `assemble_retriever`, as `build_retriever` does for
+`train()` (the same LoRA, dtype, autocast, checkpointing and whatever else it applies), on a base
+made from its model directory's config.json with random weights straight on the device; feeds
+synthetic micro-batches of the real shapes (rehearsal_batches);
 runs the step of `train()` (forward, loss / accumulation, backward, grad clip, fused AdamW step)
 for warm-up and then timed micro-batches, and reports the figures of rehearsal_report. A batch
 that does not fit (CUDA out-of-memory, or over --memory-budget-gib) is refused with the largest
@@ -144,6 +145,28 @@ def _release(optimizer, device: torch.device, tracker: MemoryTracker) -> None:
     tracker.reset()
 
 
+def build_for_rehearsal(cfg: TrainConfig, base: Path, device, checkpointing: bool, random_weights: bool):
+    """`build_retriever` (weights loaded), or the same assembly on a base built from the directory's
+    config.json with random weights allocated straight on the device (no weight files; a 7B base
+    is built on the card in seconds)."""
+    from training.retriever.build import assemble_retriever, build_retriever, resolve_dtype
+
+    if not random_weights:
+        return build_retriever(cfg, base, device, checkpointing=checkpointing)
+    from transformers import AutoProcessor, LlavaNextConfig, LlavaNextForConditionalGeneration
+
+    processor = AutoProcessor.from_pretrained(str(base))
+    processor.tokenizer.padding_side = "right"  # as build_retriever sets it
+    kwargs = {"dtype": resolve_dtype(cfg.run.precision, device)}
+    if cfg.model.attn_implementation:
+        kwargs["attn_implementation"] = cfg.model.attn_implementation
+    with torch.device(device):
+        model = LlavaNextForConditionalGeneration._from_config(
+            LlavaNextConfig.from_pretrained(str(base)), **kwargs
+        )
+    return assemble_retriever(cfg, model, processor, device, checkpointing=checkpointing)
+
+
 def _meta(cfg: TrainConfig, opts, base: Path, device, retriever, build_seconds: float, config_name: str):
     return {
         "config": config_name,
@@ -169,7 +192,7 @@ def checkpointing_of(cfg: TrainConfig, device: torch.device) -> bool:
 def rehearse(cfg: TrainConfig, opts: RehearsalOptions, config_name: str = "") -> dict:
     """The rehearsal's report (`fits: false` with a refusal and the largest fitting batch)."""
     from training.loop.optim import build_optimizer
-    from training.retriever.build import build_retriever, resolve_device
+    from training.retriever.build import resolve_device
 
     device = resolve_device(cfg.run.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -178,8 +201,8 @@ def rehearse(cfg: TrainConfig, opts: RehearsalOptions, config_name: str = "") ->
     torch.manual_seed(cfg.run.seed)
     base = _base_dir(cfg)
     build_start = time.perf_counter()
-    retriever, processor, _ = build_retriever(
-        cfg, base, device, checkpointing=checkpointing_of(cfg, device), random_weights=opts.random_weights
+    retriever, processor, _ = build_for_rehearsal(
+        cfg, base, device, checkpointing_of(cfg, device), opts.random_weights
     )
     meta = _meta(cfg, opts, base, device, retriever, time.perf_counter() - build_start, config_name)
     retriever.train()

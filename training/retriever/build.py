@@ -57,37 +57,30 @@ def enable_checkpointing(model) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
-def load_base(cfg: TrainConfig, base_path: str | Path, dtype: torch.dtype, device, random_weights: bool):
-    """The base LLaVA-Next from a local directory; `random_weights` builds it from the directory's
-    config.json alone, with random weights allocated straight on `device` (the training rehearsal:
-    no weight files needed, and a 7B model is built on the card in seconds)."""
-    from transformers import LlavaNextConfig, LlavaNextForConditionalGeneration
-
-    kwargs = {"dtype": dtype}
-    if cfg.model.attn_implementation:
-        kwargs["attn_implementation"] = cfg.model.attn_implementation
-    if not random_weights:
-        return LlavaNextForConditionalGeneration.from_pretrained(str(base_path), **kwargs)
-    config = LlavaNextConfig.from_pretrained(str(base_path))
-    with torch.device(device):
-        return LlavaNextForConditionalGeneration._from_config(config, **kwargs)
-
-
 def build_retriever(
-    cfg: TrainConfig,
-    base_path: str | Path,
-    device: torch.device,
-    *,
-    checkpointing: bool = False,
-    random_weights: bool = False,
+    cfg: TrainConfig, base_path: str | Path, device: torch.device, *, checkpointing: bool = False
 ):
     """Load the base from a local directory and return (LensRetriever on device, processor, TokenIds)."""
-    from transformers import AutoProcessor
+    from transformers import AutoProcessor, LlavaNextForConditionalGeneration
 
     dtype = resolve_dtype(cfg.run.precision, device)
     processor = AutoProcessor.from_pretrained(str(base_path))
     processor.tokenizer.padding_side = "right"
-    model = load_base(cfg, base_path, dtype, device, random_weights)
+    kwargs = {"dtype": dtype}
+    if cfg.model.attn_implementation:
+        kwargs["attn_implementation"] = cfg.model.attn_implementation
+    model = LlavaNextForConditionalGeneration.from_pretrained(str(base_path), **kwargs)
+    return assemble_retriever(cfg, model, processor, device, checkpointing=checkpointing)
+
+
+def assemble_retriever(
+    cfg: TrainConfig, model, processor, device: torch.device, *, checkpointing: bool = False
+):
+    """Lens tokens, checkpointing, LoRA and speed levers on a loaded (or randomly built) base model.
+
+    Returns (LensRetriever on device, processor, TokenIds); `build_retriever` loads the base first.
+    """
+    dtype = resolve_dtype(cfg.run.precision, device)
     ids: TokenIds = add_lens_tokens(processor.tokenizer, model, cfg.model.noise_sigma, cfg.run.seed)
     if checkpointing:
         enable_checkpointing(model)
