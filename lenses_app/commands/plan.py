@@ -16,7 +16,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Read the run's per-shard journals (requests, prompt and completion tokens per stage) "
         "and stage markers (the funnel), scale them to --candidates at the run's or the paper's yields, "
         "and price them with a throughput table (default configs/throughput-h200.yaml). Prints a table "
-        "and every assumption; --json writes the plan for the dataset card.",
+        "and every assumption; --json writes the plan for the dataset card. --training-rehearsal or "
+        "--training-documented adds training's wall time and GPU-hours beside the build (not in its total).",
     )
     parser.add_argument("--run", required=True, help="run directory with journal/ and stage markers")
     parser.add_argument("--candidates", type=float, help="target candidate images (default: the run's)")

@@ -130,3 +130,20 @@ def test_synthetic_batches_have_the_configured_shapes(tiny_retriever, tiny_confi
     assert worst["img_slot_lens"].shape[1] == data.max_prompts_per_image
     lengths = worst["txt_attention_mask"].sum(dim=1)  # caption inputs cut at max_caption_tokens
     assert bool((lengths == data.max_caption_tokens).all()) and worst["n_captions_truncated"] == 30
+
+
+def test_the_printed_report_of_a_cuda_rehearsal():
+    from training.loop.rehearsal_report import Measured, ParamCounts, format_report, report_dict
+
+    gib = 1024**3
+    params = ParamCounts(total=7_567_000_000, trainable=63_000_000, lm=7_000_000_000, vision=303_000_000)
+    measured = Measured(2, 21.02, 20, 40, 65_000, 3_090, 80, 20 * 5 * 577)
+    memory = {"kind": "cuda", "peak_allocated_bytes": 63.5 * gib, "peak_reserved_bytes": 78.0 * gib,
+              "device_total_bytes": 139.8 * gib}  # fmt: skip
+    meta = {"device": "NVIDIA H200", "dtype": "bfloat16", "checkpointing": True, "warmup_micro_batches": 1}
+    report = report_dict(meta, params, measured, memory, 989e12, project(10.51, 20, 10_000, 640, 8))
+    text = format_report(report)
+    assert "seconds per micro-batch  10.510" in text and "images/s                 1.90" in text
+    assert "63.5 GiB allocated, 78.0 GiB reserved of 139.8 GiB" in text
+    assert f"MFU {report['mfu']:.1%} of 989 TFLOP/s" in text and 0.25 < report["mfu"] < 0.29
+    assert "116.8 h wall, 934.2 GPU-hours" in text
