@@ -16,7 +16,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Read the run's per-shard journals (requests, prompt and completion tokens per stage) "
         "and stage markers (the funnel), scale them to --candidates at the run's or the paper's yields, "
         "and price them with a throughput table (default configs/throughput-h200.yaml). Prints a table "
-        "and every assumption; --json writes the plan for the dataset card.",
+        "and every assumption; --json writes the plan for the dataset card. --training-rehearsal or "
+        "--training-documented adds training's wall time and GPU-hours beside the build (not in its total).",
     )
     parser.add_argument("--run", required=True, help="run directory with journal/ and stage markers")
     parser.add_argument("--candidates", type=float, help="target candidate images (default: the run's)")
@@ -46,6 +47,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--config", help="pipeline config: its models and candidates_per_image replace the run's"
     )
+    training = parser.add_mutually_exclusive_group()
+    training.add_argument(
+        "--training-rehearsal",
+        metavar="FILE",
+        help="add training's GPU-hours from `lenses train --rehearse --json FILE` (measured on that machine)",
+    )
+    training.add_argument(
+        "--training-documented",
+        choices=("h200", "h100"),
+        help="add training's GPU-hours from the documented figures measured in 2026-11 (docs/training.md)",
+    )
+    parser.add_argument(
+        "--training-gpus", type=int, help="GPUs of the training run (default: the rehearsal's, or 8)"
+    )
+    parser.add_argument(
+        "--training-steps", type=int, help="optimizer steps (default: the rehearsal's, or 10,000)"
+    )
+    parser.add_argument(
+        "--training-images-per-step",
+        type=int,
+        help="images per optimizer step (default: the rehearsal's, or 640)",
+    )
     parser.add_argument("--json", dest="json_out", help="write the plan as JSON here ('-' for stdout)")
     parser.set_defaults(func=handle)
 
@@ -61,6 +84,28 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         tiles.update(generator=args.full_tiles, visual_validator=args.full_tiles)
     flags = {"assumptions": {"tiles": tiles}} if tiles else {}
     return deep_merge(flags, parse_sets(args.sets))
+
+
+def _training(args: argparse.Namespace) -> Any:
+    from lenses_data.plan import (
+        PAPER_IMAGES_PER_STEP,
+        PAPER_STEPS,
+        documented_training,
+        training_from_rehearsal,
+    )
+
+    if args.training_rehearsal:
+        return training_from_rehearsal(
+            args.training_rehearsal, args.training_gpus, args.training_steps, args.training_images_per_step
+        )
+    if args.training_documented:
+        return documented_training(
+            args.training_documented,
+            args.training_gpus or 8,
+            args.training_steps or PAPER_STEPS,
+            args.training_images_per_step or PAPER_IMAGES_PER_STEP,
+        )
+    return None
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -86,6 +131,7 @@ def handle(args: argparse.Namespace) -> int:
             nodes=args.nodes,
             gpus_per_node=args.gpus_per_node,
             table=table,
+            training=_training(args),
             **options,
         )
     except (PlanError, ValueError, FileNotFoundError) as error:
@@ -159,4 +205,24 @@ def format_plan(plan: Any) -> str:
             *measured,
         ]
     lines += ["", "assumptions:"] + [f"  - {line}" for line in plan.assumptions]
+    if plan.training is not None:
+        lines += ["", *format_training(plan.training, plan.total_gpu_hours)]
     return "\n".join(lines)
+
+
+def format_training(t: Any, build_gpu_hours: float) -> list[str]:
+    """Training beside the build: its wall time, GPU-hours and share of the two together."""
+    memory = (
+        f", peak {t.peak_allocated_gib:.1f} / {t.peak_reserved_gib:.1f} GiB allocated / reserved"
+        if t.peak_allocated_gib is not None and t.peak_reserved_gib is not None
+        else ""
+    )
+    share = t.gpu_hours / (t.gpu_hours + build_gpu_hours) if t.gpu_hours + build_gpu_hours else 0.0
+    return [
+        f"training ({t.source}):",
+        f"  {t.seconds_per_micro_batch:.2f} s per {t.images_per_micro_batch}-image micro-batch on {t.card}{memory}",
+        f"  {t.steps:,} steps x {t.images_per_step:,} images on {t.gpus} GPU(s) ({t.accumulation:g} micro-batches "
+        f"per GPU per step): {t.wall_clock_hours:,.1f} h wall, {t.gpu_hours:,.1f} GPU-hours",
+        f"  training is {share:.0%} of build + training GPU-hours ({build_gpu_hours:,.1f} for the build; "
+        "cross-GPU communication not included)",
+    ]

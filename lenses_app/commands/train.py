@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,7 +27,88 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--no-resume", action="store_true", help="start from step 0 even if checkpoints exist"
     )
+    _rehearsal_arguments(parser)
     parser.set_defaults(func=handle)
+
+
+def _rehearsal_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "rehearsal (--rehearse)",
+        "Time the configured training step on this machine before a long run: the retriever built from "
+        "the model directory's config.json with random weights on the device (no weight files, no export "
+        "needed), synthetic micro-batches of the real shapes, warm-up then timed micro-batches. Prints "
+        "seconds per micro-batch, images/s, tokens/s, peak memory, estimated MFU and the recipe's wall time "
+        "and GPU-hours on --gpus GPUs. Exit 2 when the batch does not fit, naming the largest that does.",
+    )
+    group.add_argument("--rehearse", action="store_true", help="rehearse instead of training")
+    group.add_argument("--gpus", type=int, default=8, help="GPUs of the projected run (default 8)")
+    group.add_argument("--warmup", type=int, default=1, help="warm-up micro-batches (default 1)")
+    group.add_argument(
+        "--rehearse-steps",
+        type=int,
+        default=1,
+        help="timed optimizer steps of optim.accum_steps micro-batches",
+    )
+    group.add_argument(
+        "--images-per-step",
+        type=int,
+        help="images per optimizer step of the projected recipe (default: images_per_batch x accum_steps x --gpus)",
+    )
+    group.add_argument(
+        "--recipe-steps", type=int, help="optimizer steps of the projected recipe (default optim.max_steps)"
+    )
+    group.add_argument(
+        "--worst-case",
+        action="store_true",
+        help="max_prompts_per_image prompts and max_caption_tokens captions (default: typical, ~6 prompts)",
+    )
+    group.add_argument(
+        "--peak-tflops", type=float, help="the card's dense bf16 peak (known: H100, H200, A100)"
+    )
+    group.add_argument(
+        "--memory-budget-gib",
+        type=float,
+        help="cap memory at this (CUDA: an allocator limit; CPU: the tensor-size estimate) to test a smaller card",
+    )
+    group.add_argument(
+        "--load-weights", action="store_true", help="load the real weights instead of random ones"
+    )
+    group.add_argument(
+        "--json", dest="json_out", help="also write the report as JSON here (lenses plan reads it)"
+    )
+
+
+def _rehearse(args: argparse.Namespace, cfg) -> int:
+    import json
+    from pathlib import Path
+
+    from training.loop.rehearsal_batches import Shape
+    from training.loop.rehearsal_report import format_report
+    from training.loop.rehearse import RehearsalError, RehearsalOptions, rehearse
+
+    opts = RehearsalOptions(
+        gpus=args.gpus,
+        warmup=args.warmup,
+        steps=args.rehearse_steps,
+        shape=Shape.worst_case(cfg.data) if args.worst_case else Shape(),
+        images_per_step=args.images_per_step,
+        recipe_steps=args.recipe_steps,
+        peak_tflops=args.peak_tflops,
+        memory_budget_gib=args.memory_budget_gib,
+        random_weights=not args.load_weights,
+    )
+    try:
+        report = rehearse(cfg, opts, args.config)
+    except RehearsalError as error:  # no model directory, no GPU: one clear line
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    if not report["fits"]:
+        print(f"error: {report['refusal']}", file=sys.stderr)
+        return 2
+    print(format_report(report))
+    return 0
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -47,7 +129,13 @@ def handle(args: argparse.Namespace) -> int:
         overrides["loss"]["mode"] = args.mode
     if args.no_resume:
         overrides["run"]["resume"] = False
-    result = train(load_train_config(args.config, overrides), max_steps=args.max_steps)
+    cfg = load_train_config(args.config, overrides)
+    if args.rehearse:
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            print("error: --rehearse runs in one process; start it without torchrun", file=sys.stderr)
+            return 2
+        return _rehearse(args, cfg)
+    result = train(cfg, max_steps=args.max_steps)
     shutdown()
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun only rank 0 reports
         last = result.history[-1] if result.history else {}

@@ -13,7 +13,7 @@ and prices it with a throughput table (`configs/throughput-h200.yaml`):
 assumptions can be overridden; the plan lists them all, so its JSON can go in the dataset card.
 
 Modules: `schemas` (the table, funnel and plan models), `throughput` (the table and the roofline's
-per-replica rates), `usage` (what a run's journals and markers measured), `build` (the plan).
+per-replica rates), `usage` (what a run's journals and markers measured), `build` (the plan), `training` (training's share, from a rehearsal's JSON or documented figures).
 """
 
 from lenses_data.plan.build import assumption_lines, build_plan, plan_for_card, plan_stage, stage_scale
@@ -28,8 +28,17 @@ from lenses_data.plan.schemas import (
     StagePlan,
     StageStats,
     ThroughputTable,
+    TrainingPlan,
 )
 from lenses_data.plan.throughput import default_table_path, load_table, model_rates, parse_sets
+from lenses_data.plan.training import (
+    DOCUMENTED,
+    PAPER_IMAGES_PER_STEP,
+    PAPER_STEPS,
+    documented_training,
+    project_training,
+    training_from_rehearsal,
+)
 from lenses_data.plan.usage import (
     PAPER,
     STAGE_ROLE,
@@ -39,7 +48,10 @@ from lenses_data.plan.usage import (
 )
 
 __all__ = [
+    "DOCUMENTED",
     "PAPER",
+    "PAPER_IMAGES_PER_STEP",
+    "PAPER_STEPS",
     "STAGE_ROLE",
     "Assumptions",
     "Funnel",
@@ -51,16 +63,20 @@ __all__ = [
     "StagePlan",
     "StageStats",
     "ThroughputTable",
+    "TrainingPlan",
     "assumption_lines",
     "build_plan",
     "default_table_path",
+    "documented_training",
     "load_table",
     "model_rates",
     "parse_sets",
     "plan_for_card",
     "plan_stage",
+    "project_training",
     "read_stage_stats",
     "run_funnel",
     "stage_scale",
     "target_funnel",
+    "training_from_rehearsal",
 ]

@@ -16,6 +16,7 @@ from lenses_data.plan.schemas import (
     StagePlan,
     StageStats,
     ThroughputTable,
+    TrainingPlan,
 )
 from lenses_data.plan.throughput import decode_shape, load_table, model_rates
 from lenses_data.plan.usage import STAGE_ROLE, read_stage_stats, run_funnel, target_funnel
@@ -148,12 +149,14 @@ def build_plan(
     answers_per_image: int | None = None,
     models: dict[str, str] | None = None,
     stats: dict[str, StageStats] | None = None,
+    training: TrainingPlan | None = None,
 ) -> Plan:
     """Project the run's model stages to `candidates` (default: the run's own) on `nodes` nodes.
 
     Stages run one after another (each reads the previous one's finished output), each on every GPU;
     `models` maps a role to the model that will serve it (default: the one the run journaled);
-    `stats` are the run's `read_stage_stats`, when the caller has read them already.
+    `stats` are the run's `read_stage_stats`, when the caller has read them already; `training`
+    (lenses_data.plan.training) is carried beside the build's stages, not added to their total.
     """
     table = table or load_table()
     stats = read_stage_stats(run) if stats is None else stats
@@ -195,6 +198,7 @@ def build_plan(
         wall_clock_hours=sum(s.wall_clock_hours for s in stages),
         assumptions=assumption_lines(table, run_f, target, stats),
         table=table,
+        training=training,
     )
 
 

@@ -6,6 +6,10 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 
+class PlanError(ValueError):
+    """A run or table that a plan cannot be computed from, worded for the user."""
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -119,6 +123,23 @@ class StagePlan(_Model):
     wall_clock_hours: float
 
 
+class TrainingPlan(_Model):
+    """Training's wall time and GPU-hours for a recipe (lenses_data.plan.training)."""
+
+    source: str = Field(description="Where the seconds per micro-batch come from, in words")
+    card: str
+    seconds_per_micro_batch: float = Field(gt=0)
+    images_per_micro_batch: int = Field(ge=1)
+    peak_allocated_gib: float | None = None
+    peak_reserved_gib: float | None = None
+    steps: int = Field(ge=1)
+    images_per_step: int = Field(ge=1)
+    gpus: int = Field(ge=1)
+    accumulation: float = Field(description="Micro-batches per GPU per optimizer step")
+    wall_clock_hours: float
+    gpu_hours: float
+
+
 class Plan(_Model):
     run: str
     simulated_run: bool
@@ -136,7 +157,6 @@ class Plan(_Model):
     wall_clock_hours: float
     assumptions: list[str]
     table: ThroughputTable
-
-
-class PlanError(ValueError):
-    """A run or table that a plan cannot be computed from, worded for the user."""
+    training: TrainingPlan | None = Field(
+        None, description="Training's GPU-hours (lenses_data.plan.training), when the plan was asked for them"
+    )
