@@ -118,7 +118,9 @@ def _load_weights(model, checkpoint: str) -> None:
 
     torchscript = is_torchscript_archive(checkpoint)  # torch.load refuses these with weights_only
     result = open_clip.load_checkpoint(model, checkpoint, strict=False, weights_only=not torchscript)
-    unexpected = set(result.unexpected_keys) - OPENAI_METADATA_KEYS
+    # Buffers the model computes itself (the text mask) are saved by a traced TorchScript file.
+    computed = {name for name, _ in model.named_buffers()} - set(model.state_dict())
+    unexpected = set(result.unexpected_keys) - OPENAI_METADATA_KEYS - computed
     if result.missing_keys or unexpected:
         raise ValueError(
             f"dedupe.clip_checkpoint {checkpoint} does not fit {type(model).__name__}: "
