@@ -24,7 +24,15 @@ import numpy as np
 from lenses_data.config.dedupe import CLIP_BATCH_CPU, CLIP_BATCH_CUDA, DedupeConfig
 from lenses_data.dedupe.clip_model import load_model
 
-__all__ = ["EmbedResult", "clip_status", "embed_images", "load_model", "resolve_device"]
+__all__ = [
+    "EmbedPlan",
+    "EmbedResult",
+    "clip_status",
+    "embed_images",
+    "embed_plan",
+    "load_model",
+    "resolve_device",
+]
 
 log = logging.getLogger(__name__)
 
@@ -56,20 +64,27 @@ def resolve_device(wanted: str) -> str:
     return wanted
 
 
-def resolve_precision(wanted: str, device: str) -> str:
-    if wanted == "auto":
-        return "bf16" if device.startswith("cuda") else "fp32"
-    return wanted
+@dataclass(frozen=True)
+class EmbedPlan:
+    """How the images are run through the model (speed and rounding only, never which images)."""
+
+    device: str
+    precision: str  # "fp32" or "bf16" (autocast)
+    batch_size: int
+    decode_workers: int
+    jpeg_draft: bool
 
 
-def resolve_batch_size(config: DedupeConfig, device: str) -> int:
-    if config.clip_batch_size is not None:
-        return config.clip_batch_size
-    return CLIP_BATCH_CUDA if device.startswith("cuda") else CLIP_BATCH_CPU
-
-
-def resolve_decode_workers(config: DedupeConfig) -> int:
-    return config.clip_decode_workers or min(os.cpu_count() or 1, 32)
+def embed_plan(config: DedupeConfig, device: str) -> EmbedPlan:
+    """Config values with `auto`/None resolved for the device: bf16 and 256 on CUDA, fp32 and 32 on the CPU."""
+    precision = config.clip_precision
+    if precision == "auto":
+        precision = "bf16" if device.startswith("cuda") else "fp32"
+    size = config.clip_batch_size
+    if size is None:
+        size = CLIP_BATCH_CUDA if device.startswith("cuda") else CLIP_BATCH_CPU
+    workers = config.clip_decode_workers or min(os.cpu_count() or 1, 32)
+    return EmbedPlan(device, precision, size, workers, config.clip_jpeg_draft)
 
 
 def encode(model, x, precision: str):
@@ -86,27 +101,27 @@ def _input_side(model) -> int:
     return int(max(size) if isinstance(size, (tuple, list)) else size)
 
 
-def embed_images(paths: Sequence[str], config: DedupeConfig) -> EmbedResult:
-    """Embed every image; returns float32 L2-normalised rows for the images that worked."""
+def embed_with_model(
+    paths: Sequence[str], model, preprocess, plan: EmbedPlan
+) -> tuple[np.ndarray, np.ndarray, dict[int, str]]:
+    """(float32 L2-normalised rows of the images that worked, ok mask, index -> error)."""
     import torch
 
     from lenses_data.dedupe.clip_views import iter_view_batches, plan_from_transform, to_model_input
 
-    device = resolve_device(config.clip_device)
-    model, preprocess, activation = load_model(config, device)
-    precision, size = resolve_precision(config.clip_precision, device), resolve_batch_size(config, device)
-    workers = resolve_decode_workers(config)
-    plan = plan_from_transform(preprocess)
-    draft_side = _input_side(model) if config.clip_jpeg_draft else None
+    tensors = plan_from_transform(preprocess)
+    draft_side = _input_side(model) if plan.jpeg_draft else None
     errors: dict[int, str] = {}
     chunks: list[np.ndarray] = []
     ok = np.zeros(len(paths), dtype=bool)
+    batches = iter_view_batches(paths, tensors, plan.batch_size, plan.decode_workers, draft_side)
     with torch.inference_mode():
-        for batch in iter_view_batches(paths, plan, size, workers, draft_side):
+        for batch in batches:
             errors.update(batch.errors)
             if not batch.views:
                 continue
-            features = encode(model, to_model_input(batch.views, plan, device), precision).cpu().numpy()
+            x = to_model_input(batch.views, tensors, plan.device)
+            features = encode(model, x, plan.precision).cpu().numpy()
             bad = ~np.isfinite(features).all(axis=1)
             for row, index in enumerate(batch.indices):
                 if bad[row]:
@@ -117,12 +132,21 @@ def embed_images(paths: Sequence[str], config: DedupeConfig) -> EmbedResult:
             log.debug("embedded %d/%d images", batch.start + len(batch.views), len(paths))
     dim = chunks[0].shape[1] if chunks else 0
     embeddings = np.concatenate(chunks) if chunks else np.zeros((0, dim), dtype=np.float32)
+    return embeddings.astype(np.float32), ok, errors
+
+
+def embed_images(paths: Sequence[str], config: DedupeConfig) -> EmbedResult:
+    """Embed every image; returns float32 L2-normalised rows for the images that worked."""
+    device = resolve_device(config.clip_device)
+    model, preprocess, activation = load_model(config, device)
+    plan = embed_plan(config, device)
+    embeddings, ok, errors = embed_with_model(paths, model, preprocess, plan)
     settings = {
         "activation": activation.name,
         "activation_reason": activation.reason,
-        "precision": precision,
-        "batch_size": size,
-        "decode_workers": workers,
-        "jpeg_draft": config.clip_jpeg_draft,
+        "precision": plan.precision,
+        "batch_size": plan.batch_size,
+        "decode_workers": plan.decode_workers,
+        "jpeg_draft": plan.jpeg_draft,
     }
-    return EmbedResult(embeddings.astype(np.float32), ok, errors, config.clip_model, device, settings)
+    return EmbedResult(embeddings, ok, errors, config.clip_model, device, settings)

@@ -228,3 +228,13 @@ def test_unusual_transform_runs_whole_in_threads(small_config) -> None:
     folder = data.__file__  # any path that is not an image: an error, not a crash
     batches = list(iter_view_batches([folder], plan, 4, 2, None))
     assert batches[0].errors and not batches[0].views
+
+
+def test_plan_defaults_follow_the_device() -> None:
+    from lenses_data.dedupe.clip_embed import embed_plan
+
+    gpu, cpu = embed_plan(DedupeConfig(), "cuda:1"), embed_plan(DedupeConfig(), "cpu")
+    assert (gpu.precision, gpu.batch_size) == ("bf16", 256)
+    assert (cpu.precision, cpu.batch_size) == ("fp32", 32)
+    asked = embed_plan(DedupeConfig(clip_precision="bf16", clip_batch_size=8, clip_decode_workers=3), "cpu")
+    assert (asked.precision, asked.batch_size, asked.decode_workers) == ("bf16", 8, 3)
