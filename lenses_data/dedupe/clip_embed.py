@@ -76,7 +76,7 @@ class EmbedPlan:
 
 
 def embed_plan(config: DedupeConfig, device: str) -> EmbedPlan:
-    """Config values with `auto`/None resolved for the device: bf16 and 256 on CUDA, fp32 and 32 on the CPU."""
+    """Config values with `auto`/None resolved for the device: bf16 and 256 on CUDA, fp32 and 64 on the CPU."""
     precision = config.clip_precision
     if precision == "auto":
         precision = "bf16" if device.startswith("cuda") else "fp32"

@@ -235,6 +235,6 @@ def test_plan_defaults_follow_the_device() -> None:
 
     gpu, cpu = embed_plan(DedupeConfig(), "cuda:1"), embed_plan(DedupeConfig(), "cpu")
     assert (gpu.precision, gpu.batch_size) == ("bf16", 256)
-    assert (cpu.precision, cpu.batch_size) == ("fp32", 32)
+    assert (cpu.precision, cpu.batch_size) == ("fp32", 64)
     asked = embed_plan(DedupeConfig(clip_precision="bf16", clip_batch_size=8, clip_decode_workers=3), "cpu")
     assert (asked.precision, asked.batch_size, asked.decode_workers) == ("bf16", 8, 3)
