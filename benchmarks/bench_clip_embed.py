@@ -16,6 +16,7 @@ with a small trunk (4 layers, width 256), so the CPU run measures the image path
   bf16/256 on CUDA unless --batch), decode threads (--workers, default one per core), JPEG draft.
 - encoder: `encode` on one ready batch already on the device, each path at its own precision/batch.
 
+--ablation adds "now" with one decode thread and "now" without JPEG draft.
 Each repeat measures all four in turn; the ratios' medians over --repeats are reported, as JSON.
 """
 
@@ -137,6 +138,8 @@ def build(args):
 
 
 def measure(args) -> dict:
+    from dataclasses import replace
+
     import torch
 
     from lenses_data.dedupe.clip_embed import embed_with_model
@@ -156,6 +159,14 @@ def measure(args) -> dict:
                 model, args.device, plan.batch_size, plan.precision, args.encoder_rounds
             ),
         }
+        if args.ablation:  # what each change brings on its own
+            for name, change in (
+                ("now_one_thread", {"decode_workers": 1}),
+                ("now_no_draft", {"jpeg_draft": False}),
+            ):
+                variant = replace(plan, **change)
+                row[name] = timed(lambda v=variant: len(embed_with_model(paths, model, preprocess, v)[0]))
+                row[f"{name}_vs_before"] = row[name] / row["before_end_to_end"]
         row["now_vs_before"] = row["now_end_to_end"] / row["before_end_to_end"]
         row["now_end_to_end_vs_encoder"] = row["now_end_to_end"] / row["now_encoder"]
         row["before_end_to_end_vs_encoder"] = row["before_end_to_end"] / row["before_encoder"]
@@ -188,6 +199,9 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--encoder-rounds", type=int, default=5)
+    parser.add_argument(
+        "--ablation", action="store_true", help="also: now with one thread, now without draft"
+    )
     args = parser.parse_args()
     print(json.dumps(measure(args), indent=2))
 
