@@ -238,3 +238,20 @@ def test_plan_defaults_follow_the_device() -> None:
     assert (cpu.precision, cpu.batch_size) == ("fp32", 64)
     asked = embed_plan(DedupeConfig(clip_precision="bf16", clip_batch_size=8, clip_decode_workers=3), "cpu")
     assert (asked.precision, asked.batch_size, asked.decode_workers) == ("bf16", 8, 3)
+
+
+def test_draft_handles_the_pools_odd_files(sample_pool, small_config) -> None:
+    """CMYK and EXIF-rotated JPEGs, 16-bit, palette+alpha, animated: the drafted view is the same
+    picture, the same way up, as the full decode's."""
+    import open_clip
+
+    from lenses_data.dedupe.clip_views import make_view, plan_from_transform
+
+    _, _, preprocess = open_clip.create_model_and_transforms("lenses-small-clip", pretrained=None)
+    plan = plan_from_transform(preprocess)
+    edge = sorted((sample_pool / "edge").iterdir())
+    assert {p.name for p in edge} >= {"cmyk.jpg", "exif_rotated.jpg", "gray16.png", "animated.gif"}
+    for path in edge:
+        full, draft = make_view(str(path), plan, None), make_view(str(path), plan, 64)
+        assert full.shape == draft.shape == (64, 64, 3), path.name
+        assert np.abs(full.astype(int) - draft.astype(int)).mean() < 6, path.name
