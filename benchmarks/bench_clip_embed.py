@@ -88,9 +88,9 @@ def embed_before(paths: list[str], model, preprocess, device: str) -> int:
 def encoder_rate(model, device: str, batch: int, precision: str, rounds: int) -> float:
     import torch
 
-    from lenses_data.dedupe.clip_embed import _input_side, encode
+    from lenses_data.dedupe.clip_embed import encode, model_input_side
 
-    side = _input_side(model)
+    side = model_input_side(model)
     x = torch.randn(batch, 3, side, side, device=device)
     with torch.inference_mode():
         encode(model, x, precision).cpu()  # warm-up (kernels, autotuning)

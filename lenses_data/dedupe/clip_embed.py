@@ -96,7 +96,7 @@ def encode(model, x, precision: str):
     return torch.nn.functional.normalize(features.float(), dim=-1)
 
 
-def _input_side(model) -> int:
+def model_input_side(model) -> int:
     size = model.visual.image_size
     return int(max(size) if isinstance(size, (tuple, list)) else size)
 
@@ -110,7 +110,7 @@ def embed_with_model(
     from lenses_data.dedupe.clip_views import iter_view_batches, plan_from_transform, to_model_input
 
     tensors = plan_from_transform(preprocess)
-    draft_side = _input_side(model) if plan.jpeg_draft else None
+    draft_side = model_input_side(model) if plan.jpeg_draft else None
     errors: dict[int, str] = {}
     chunks: list[np.ndarray] = []
     ok = np.zeros(len(paths), dtype=bool)
