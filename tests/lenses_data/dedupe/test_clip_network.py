@@ -255,3 +255,19 @@ def test_draft_handles_the_pools_odd_files(sample_pool, small_config) -> None:
         full, draft = make_view(str(path), plan, None), make_view(str(path), plan, 64)
         assert full.shape == draft.shape == (64, 64, 3), path.name
         assert np.abs(full.astype(int) - draft.astype(int)).mean() < 6, path.name
+
+
+def test_production_names_decide_quick_gelu(state_dict, tmp_path) -> None:
+    """configs/production.yaml: plain `ViT-L-14` with `ViT-L-14-openai.pt` (decided without building it)."""
+    from pathlib import Path
+
+    from lenses_data.config import load_config
+    from lenses_data.dedupe.clip_model import decide_activation
+
+    production = load_config(Path(__file__).resolve().parents[3] / "configs" / "production.yaml", environ={})
+    assert production.dedupe.clip_model == "ViT-L-14" and production.dedupe.clip_quick_gelu is True
+    checkpoint = tmp_path / Path(production.dedupe.clip_checkpoint).name
+    torch.save(state_dict, checkpoint)
+    unset = production.dedupe.model_copy(update={"clip_checkpoint": str(checkpoint), "clip_quick_gelu": None})
+    assert decide_activation(unset).quick_gelu  # the file name alone is enough
+    assert decide_activation(unset.model_copy(update={"clip_model": "ViT-L-14-quickgelu"})).quick_gelu
