@@ -262,9 +262,13 @@ def _wide_gray_to_rgb(image: Image.Image) -> Image.Image:
     return Image.fromarray(scaled, mode="L").convert("RGB")
 
 
-def load_rgb(source: str | Path | bytes, max_pixels: int = 89_478_485) -> Image.Image:
+def load_rgb(
+    source: str | Path | bytes, max_pixels: int = 89_478_485, draft: tuple[int, int] | None = None
+) -> Image.Image:
     """Open an accepted candidate as an upright 8-bit RGB image (first frame of animations).
 
+    `draft` (width, height): a JPEG is decoded at the largest DCT reduction (1/2, 1/4, 1/8) that
+    keeps its stored width and height >= these; other formats are decoded at full size.
     Thread-safe: unlike ingest's check it leaves Pillow's global limit and warning filters alone.
     """
     data = source if isinstance(source, bytes) else Path(source).read_bytes()
@@ -272,6 +276,8 @@ def load_rgb(source: str | Path | bytes, max_pixels: int = 89_478_485) -> Image.
         width, height = image.size
         if width * height > max_pixels:
             raise ImageRejected(DECOMPRESSION_BOMB, f"{width}x{height} is above {max_pixels} pixels")
+        if draft is not None and image.format in ("JPEG", "MPO"):
+            image.draft(None, draft)  # mode None: colour as stored; only the scale changes
         image.load()
         upright = ImageOps.exif_transpose(image) or image
         return to_rgb(upright).copy()

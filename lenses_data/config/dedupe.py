@@ -16,6 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 TABLE1_IMAGES = 105_669
 TABLE1_VALID = 1_100
 TABLE1_TEST = 5_500
+# Default CLIP batch sizes: a GPU needs large batches to be busy (256: ~1,800 images/s for ViT-L-14
+# in bf16 on an H100 or H200, issue 31); the CPU keeps the old 64.
+CLIP_BATCH_CUDA = 256
+CLIP_BATCH_CPU = 64
 
 
 class DedupeConfig(BaseModel):
@@ -47,8 +51,28 @@ class DedupeConfig(BaseModel):
     clip_random_weights: bool = Field(
         False, description="TESTS ONLY: random-weight model to exercise the mechanics; never for real runs"
     )
+    clip_quick_gelu: bool | None = Field(
+        None,
+        description="QuickGELU activation (OpenAI's weights need it); None: decided from the model name "
+        "and the checkpoint (OpenAI's file format or metadata, open_clip_config.json, 'openai' in its name)",
+    )
     clip_device: str = Field("auto", description="auto, cpu, cuda, cuda:1, ...")
-    clip_batch_size: int = Field(64, ge=1)
+    clip_precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="auto: bf16 autocast on CUDA, fp32 on the CPU; bf16 on the CPU is allowed"
+    )
+    clip_batch_size: int | None = Field(
+        None,
+        ge=1,
+        description=f"Images per encoder call; None: {CLIP_BATCH_CUDA} on CUDA, {CLIP_BATCH_CPU} on the CPU",
+    )
+    clip_decode_workers: int = Field(
+        0,
+        ge=0,
+        description="Threads decoding and preprocessing images for CLIP; 0: one per CPU core (max 32)",
+    )
+    clip_jpeg_draft: bool = Field(
+        True, description="Decode JPEGs at the largest DCT reduction that keeps >= the model's input size"
+    )
     clip_threshold: float = Field(
         0.95, gt=0.0, le=1.0, description="Cosine at/above which images are duplicates"
     )

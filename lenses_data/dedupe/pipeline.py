@@ -127,7 +127,7 @@ def _clip_step(frame: pd.DataFrame, codes: Codes, config: DedupeConfig, rejectio
         rejections.append(_failure(row, "embedding_failed", f"CLIP embedding failed: {message}"))
     ok = np.asarray(result.ok, dtype=bool)
     frame = frame[ok].reset_index(drop=True)
-    return frame, codes.take(ok), result.embeddings.astype(np.float16), result.device
+    return frame, codes.take(ok), result.embeddings.astype(np.float16), result.device, result.settings
 
 
 def _clusters(emb: np.ndarray, config: DedupeConfig) -> np.ndarray | None:
@@ -177,9 +177,9 @@ def find_duplicates(frame: pd.DataFrame, config: DedupeConfig) -> DedupeResult:
     frame, hashes = _hash_step(frame, config, rejections)
     timings["hash_s"] = time.monotonic() - started
     status = clip_status(config) if config.clip_model else "off"
-    emb, device = None, None
+    emb, device, embed_settings = None, None, None
     if status != "off":
-        frame, hashes, emb, device = _clip_step(frame, hashes, config, rejections)
+        frame, hashes, emb, device, embed_settings = _clip_step(frame, hashes, config, rejections)
         timings["embed_s"] = time.monotonic() - started - sum(timings.values())
     mark = time.monotonic()
     plan = plan_search(len(frame), config.leak_radius, config.hash_flat_max)
@@ -199,6 +199,7 @@ def find_duplicates(frame: pd.DataFrame, config: DedupeConfig) -> DedupeResult:
     rejections += _removal_rejections(frame, records)
     summary = _summary(frame, records, pairs, rejections, config, status, device, plan, clip_report)
     summary["crop_signal"] = crop_report
+    summary["clip_embed"] = embed_settings  # activation (and why), precision, batch size, decode threads
     summary["seconds"] = {
         k: round(v, 3) for k, v in {**timings, "total_s": time.monotonic() - started}.items()
     }

@@ -179,6 +179,12 @@ def format_summary(summary: dict[str, Any]) -> str:
         if crop
         else "  crop signal: off"
     )
+    embed = summary.get("clip_embed")
+    if embed:
+        lines.append(
+            f"  CLIP network: {embed['activation']} ({embed['activation_reason']}); {embed['precision']}, "
+            f"batch {embed['batch_size']}, {embed['decode_workers']} decode threads"
+        )
     if summary.get("clip_index"):
         ci = summary["clip_index"]
         lines.append(f"  CLIP index: {ci['method']} (recall on sample: {ci['recall']})")

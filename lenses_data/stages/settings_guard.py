@@ -27,7 +27,15 @@ log = logging.getLogger(__name__)
 SETTINGS_FILE = "_SETTINGS.json"
 PROMPT = "prompt:"
 # Fields of a declared section that change speed or placement only, never rows.
-RUNTIME_ONLY = frozenset({"dedupe.hash_workers", "dedupe.clip_device", "dedupe.clip_batch_size"})
+RUNTIME_ONLY = frozenset(
+    {
+        "dedupe.hash_workers",
+        "dedupe.clip_device",
+        "dedupe.clip_batch_size",
+        "dedupe.clip_precision",  # like the device: rounding only (bf16 within cosine 0.999 of fp32)
+        "dedupe.clip_decode_workers",
+    }
+)
 
 
 class SettingsChanged(ConfigError):

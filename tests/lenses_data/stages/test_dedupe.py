@@ -15,7 +15,7 @@ from lenses_data import io
 from lenses_data.config import config_from_dict
 from lenses_data.schemas import CandidateImage, DedupePair, DedupeRecord
 from lenses_data.stages.base import run_stage
-from lenses_data.stages.dedupe import DedupeStage, read_pairs, read_summary
+from lenses_data.stages.dedupe import DedupeStage, format_summary, read_pairs, read_summary
 
 TINY_CLIP = {
     "embed_dim": 32,
@@ -263,6 +263,10 @@ def test_clip_mechanics_with_random_weights(ingested_run, tmp_path) -> None:
     )  # fmt: skip
     summary = read_summary(run)
     assert summary["clip_signal"] == "random-weights"
+    embed = summary["clip_embed"]  # the network and how it ran, with the reason for the activation
+    assert (embed["activation"], embed["precision"], embed["batch_size"]) == ("GELU", "fp32", 64)
+    assert "no sign of OpenAI weights" in embed["activation_reason"]
+    assert "CLIP network: GELU" in format_summary(summary)
     emb = np.load(run / "dedupe" / "embeddings.npy")
     ids = np.load(run / "dedupe" / "embedding_ids.npy")
     assert emb.dtype == np.float16 and emb.shape == (len(records), 32)
