@@ -3,9 +3,9 @@
 A batched build must write exactly the shards, rejections and funnel of an unbatched one, with
 fewer task runs, and a rerun must skip every batch (each shard is still done or not on its own).
 
-The rerun is decided by the files on disk, never by a Prefect cache: no shard task has a cache
-key, so Prefect 3.9's new cache keys (DataFrame inputs; no entry for a task that returned Failed)
-change nothing, and a run directory built on Prefect 3.8 resumes on 3.9 without recomputing.
+The rerun is decided by the files on disk, never by a Prefect cache: no shard task stores a
+result under a cache key, so Prefect 3.9's new cache keys (DataFrame inputs; no entry for a task
+that returned Failed) change nothing a rerun reads (docs/deploy.md, upgrading to Prefect 3.9).
 """
 
 from __future__ import annotations
