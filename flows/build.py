@@ -13,7 +13,7 @@ from typing import Any, Literal
 from prefect import flow, get_run_logger
 
 from flows.common import load_run_config, one_cluster_per_build, run_lock, run_name_from_parameters
-from flows.failures import ParameterError, run_explained
+from flows.failures import FLOW_RETRIES, ParameterError, run_explained
 from flows.reporting import publish_funnel
 from flows.runlogs import lenses_logs_to_run
 from flows.stages import run_stage_with_runner
@@ -68,6 +68,7 @@ def run_all_stages(config: PipelineConfig, stop_after: str | None = None) -> lis
 @flow(
     name="build-dataset",
     log_prints=True,
+    retries=FLOW_RETRIES,
     validate_parameters=True,
     flow_run_name=run_name_from_parameters("build"),
 )

@@ -3,7 +3,8 @@
 A config or parameter error is the same on every attempt, so it is never retried and fails the
 run at once with one line that names the problem.
 Transient errors (an endpoint down after the client's own retries, a dropped connection, an
-unexplained crash) keep the task retries of `orchestration.task_retries`. The flow turns any
+unexplained crash) keep the task retries of `orchestration.task_retries`; flow runs are never
+retried by Prefect (`FLOW_RETRIES`): a rerun resumes instead. The flow turns any
 error into a Failed state whose message is that line, logs it as its first error line and sends
 it as an event, so the UI, `prefect flow-run inspect` and `prefect deployment run --watch` show it.
 """
@@ -42,6 +43,14 @@ PERMANENT: tuple[type[BaseException], ...] = (
     NotADirectoryError,
 )
 STAGE_NOTE = "lenses stage: "
+
+# Every flow of the pipeline passes this as `retries`: Prefect never retries a flow run by itself.
+# Since Prefect 3.9 a flow that returns a Failed state (as every flow here does on an error) is
+# retried when it has `retries`, also ones it took from PREFECT_FLOWS_DEFAULT_RETRIES at import; a
+# retry would rerun the failed stage's model (GPU) work in the same run. Transient shard errors are
+# retried by the shard tasks (`retry_transient`); anything beyond is a rerun, whose stages skip the
+# shards on disk and whose model client replays every answered request from the shard's journal.
+FLOW_RETRIES = 0
 
 
 class ParameterError(ValueError):

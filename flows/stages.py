@@ -21,7 +21,7 @@ from prefect.futures import as_completed
 from prefect.states import Completed, Failed
 
 from flows.common import load_run_config, make_task_runner, run_label, run_lock, run_name_from_parameters
-from flows.failures import explain, mark_stage, retry_transient, run_explained
+from flows.failures import FLOW_RETRIES, explain, mark_stage, retry_transient, run_explained
 from flows.observers import Broadcast
 from flows.reporting import in_flow_run, publish_stage_table, start_progress, update_progress
 from flows.runlogs import lenses_logs_to_run
@@ -118,7 +118,7 @@ def run_stage_in_flow(
         release_worker_stages(token)
 
 
-@flow(name="stage-shards", log_prints=True)
+@flow(name="stage-shards", log_prints=True, retries=FLOW_RETRIES)
 def stage_shards_flow(stage_name: str, config: PipelineConfig, progress_id: str | None = None) -> Any:
     """Subflow that owns the task runner chosen by the config (thread, Dask or Ray).
 
@@ -178,6 +178,7 @@ def _stage_flow(stage_name: str):
     return flow(
         name=flow_name,
         log_prints=True,
+        retries=FLOW_RETRIES,
         validate_parameters=True,
         flow_run_name=run_name_from_parameters(stage_name.replace("_", "-")),
     )(stage_flow)

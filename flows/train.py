@@ -11,13 +11,14 @@ from typing import Any
 from prefect import flow, get_run_logger
 
 from flows.common import export_run_dir, run_name_from_parameters
-from flows.failures import run_explained
+from flows.failures import FLOW_RETRIES, run_explained
 from flows.runlogs import lenses_logs_to_run
 
 
 @flow(
     name="train-retriever",
     log_prints=True,
+    retries=FLOW_RETRIES,
     validate_parameters=True,
     flow_run_name=run_name_from_parameters("train", export_run_dir),
 )

@@ -40,8 +40,8 @@ def run_artifacts(flow_run_id: UUID | str) -> dict[str, Any]:
     return latest
 
 
-def stage_task_states(build_flow_run_id: UUID | str) -> list[tuple[str, str]]:
-    """(task run name, state name) of every task run in the stage subflows of one build."""
+def stage_task_runs(build_flow_run_id: UUID | str) -> list[Any]:
+    """Every task run in the stage subflows of one build."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
 
@@ -49,7 +49,12 @@ def stage_task_states(build_flow_run_id: UUID | str) -> list[tuple[str, str]]:
         parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[UUID(str(build_flow_run_id))])
     )
     with get_client(sync_client=True) as client:
-        runs = client.read_task_runs(flow_run_filter=parent, limit=200)
+        return client.read_task_runs(flow_run_filter=parent, limit=200)
+
+
+def stage_task_states(build_flow_run_id: UUID | str) -> list[tuple[str, str]]:
+    """(task run name, state name) of every task run in the stage subflows of one build."""
+    runs = stage_task_runs(build_flow_run_id)
     return [(run.name, run.state.name if run.state else "") for run in runs]
 
 

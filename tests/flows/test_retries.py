@@ -86,3 +86,44 @@ def test_a_permanent_error_is_not_retried(prefect_harness, tmp_path, monkeypatch
         flows.stages.run_stage_with_runner("rules", _config(tmp_path, retries=3))
     assert stage.calls.count(0) == 1
     assert explain(raised.value) == "stage rules: ValueError: simulated crash of a shard task"
+
+
+@pytest.mark.slow
+def test_no_flow_level_retry_reruns_a_failed_stage(prefect_harness, tmp_path):
+    """Since Prefect 3.9 a flow that returns a Failed state is retried when it has `retries`, and a
+    flow takes PREFECT_FLOWS_DEFAULT_RETRIES when it names none. With that default set, a failing
+    stage still runs its shard exactly as the task retries say (1 + task_retries calls), in one
+    flow run per flow: only a rerun repeats a stage, and a rerun resumes from disk and journal.
+
+    The probe runs in a fresh process: the setting is read when the flows are defined (import)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from prefect.settings import PREFECT_API_URL
+
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+        "PREFECT_API_URL": PREFECT_API_URL.value(),  # the session harness's server
+        "PREFECT_HOME": str(tmp_path / "prefect-home"),
+        "PREFECT_FLOWS_DEFAULT_RETRIES": "2",
+        "PREFECT_FLOWS_DEFAULT_RETRY_DELAY_SECONDS": "0",
+    }
+    probe = subprocess.run(
+        [sys.executable, "-m", "tests.flows.flow_retry_probe", str(tmp_path / "runs")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert probe.returncode == 0, probe.stdout[-3000:] + probe.stderr[-3000:]
+    report = json.loads(probe.stdout.strip().splitlines()[-1])
+    # The setting is in effect, and this Prefect retries a flow that returns Failed (3.9 behaviour).
+    assert report["control"] == {"retries": 2, "attempts": 3}
+    stage_runs = [["rules", 1, "FAILED"], ["stage-shards", 1, "FAILED"]]
+    assert report["stage_flow"] == {"calls": [0, 0, 1], "state": "FAILED", "runs": stage_runs}
+    build_runs = [["build-dataset", 1, "FAILED"], ["stage-shards", 1, "FAILED"]]
+    assert report["build"] == {"calls": [0, 0, 1], "state": "FAILED", "runs": build_runs}
+    assert set(report["retries"].values()) == {0}, report["retries"]  # every deployed flow

@@ -2,6 +2,10 @@
 
 A batched build must write exactly the shards, rejections and funnel of an unbatched one, with
 fewer task runs, and a rerun must skip every batch (each shard is still done or not on its own).
+
+The rerun is decided by the files on disk, never by a Prefect cache: no shard task stores a
+result under a cache key, so Prefect 3.9's new cache keys (DataFrame inputs; no entry for a task
+that returned Failed) change nothing a rerun reads (docs/deploy.md, upgrading to Prefect 3.9).
 """
 
 from __future__ import annotations
@@ -48,6 +52,19 @@ def _files(run: Path) -> dict[str, pd.DataFrame]:
     return frames
 
 
+def _result_records() -> set[Path]:
+    """Files in Prefect's local result store (where a cached or persisted task result would go)."""
+    from prefect.settings import get_current_settings
+
+    store = get_current_settings().results.local_storage_path
+    return {path for path in store.rglob("*") if path.is_file()} if store.exists() else set()
+
+
+def _journal_lines(run: Path) -> int:
+    """Answered model requests in the run's journals (one line each)."""
+    return sum(len(path.read_text().splitlines()) for path in (run / "journal").glob("*/part-*.jsonl"))
+
+
 def _funnel(summaries: list[dict]) -> list[tuple]:
     return [(s["stage"], s["shards"], s["records_in"], s["records_out"], s["rejected"]) for s in summaries]
 
@@ -55,6 +72,7 @@ def _funnel(summaries: list[dict]) -> list[tuple]:
 @pytest.mark.slow
 def test_batched_build_writes_the_same_shards_and_funnel_with_fewer_task_runs(prefect_harness, tmp_path):
     single_run, batched_run = tmp_path / "single", tmp_path / "batched"
+    records_before = _result_records()
     single, single_id = _build(single_run, {"shards_per_task": 1})
     batched, batched_id = _build(batched_run, {"shards_per_task": 3})
 
@@ -75,7 +93,13 @@ def test_batched_build_writes_the_same_shards_and_funnel_with_fewer_task_runs(pr
         assert sum(name.startswith(f"{stage}-shard-") for name, _ in single_tasks) == shards[stage]
     assert len(batched_tasks) < len(single_tasks)
 
+    answered = _journal_lines(batched_run)
+    assert answered > 0
     rerun, rerun_id = _build(batched_run, {"shards_per_task": 3})
     assert _funnel(rerun["stages"]) == _funnel(batched["stages"])
     states = [state for name, state in stage_task_states(rerun_id) if "-shards-" in name]
     assert states and set(states) == {"Skipped"}
+    assert _journal_lines(batched_run) == answered  # no model request asked again
+    for name, frame in _files(batched_run).items():
+        pd.testing.assert_frame_equal(frame, batched_files[name], obj=name)
+    assert _result_records() == records_before  # Prefect stored no task result a rerun could read
