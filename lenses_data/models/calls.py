@@ -27,6 +27,7 @@ from lenses_data.models.messages import (
     request_hash,
 )
 from lenses_data.models.parsing import pick_choice
+from lenses_data.models.readmit import EndpointsDown
 from lenses_data.models.types import AnswerError, ModelRequest, ModelResult
 
 
@@ -257,7 +258,11 @@ async def _call(
     code, message = codes.TRANSPORT_ERROR, ""
     options = {"headers": headers}
     for attempt in range(1, rt.retry.max_attempts + 1):
-        endpoint = await rt.pool.acquire(affinity)
+        try:
+            endpoint = await rt.pool.acquire(affinity)
+        except EndpointsDown as down:  # no replica came back within the grace: an outage, not data
+            said = f" (last failure: {message})" if message else ""
+            return CallOutcome(None, attempt - 1, codes.TRANSPORT_ERROR, f"{down}{said}")
         healthy: bool | None = None
         hint: float | None = None
         try:
