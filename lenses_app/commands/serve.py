@@ -38,20 +38,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--max-restarts",
-        type=int,
+        type=_at_least_zero(int),
         default=5,
         help="restarts of one replica before it is given up (default 5; 0: never restart). The command "
         "exits 1 when every replica is given up and keeps serving with the rest otherwise",
     )
     parser.add_argument(
         "--restart-backoff",
-        type=float,
+        type=_at_least_zero(float),
         default=10.0,
         metavar="SECONDS",
         help="wait before a replica's first restart, doubled for each next one (default 10)",
     )
     parser.add_argument(
-        "--restart-backoff-max", type=float, default=300.0, metavar="SECONDS", help="cap of that wait"
+        "--restart-backoff-max",
+        type=_at_least_zero(float),
+        default=300.0,
+        metavar="SECONDS",
+        help="cap of that wait",
     )
     parser.add_argument(
         "--host",
@@ -66,6 +70,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--dry-run checks the command line with that release's own argument parser",
     )
     parser.set_defaults(func=handle)
+
+
+def _at_least_zero(kind):
+    def parse(text: str):
+        value = kind(text)
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"{text} is negative")
+        return value
+
+    return parse
 
 
 def _models_config(path: str | None):
