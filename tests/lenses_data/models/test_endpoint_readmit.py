@@ -114,3 +114,18 @@ def test_every_replica_down_past_the_grace_fails_the_batch_as_an_outage() -> Non
         ModelClient(config).run_sync(_requests(6), parse_choice(CHOICES))
     assert "down_grace_s" in str(raised.value)
     assert raised.value.role == "filter" and raised.value.answered == 0
+
+
+def test_a_shard_that_starts_while_its_lone_replica_restarts_waits_for_it_in_the_probe() -> None:
+    from lenses_data.models import probe
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/v1"
+    config = sim_models_config([url], probe=True, unhealthy_cooldown_s=0.05, max_attempts=2, down_grace_s=60)
+    probe.forget()
+    try:
+        with _started_later(port, after_s=1.0):
+            results = ModelClient(config).run_sync(_requests(4), parse_choice(CHOICES))
+    finally:
+        probe.forget()
+    assert all(r.ok for r in results), [r.error_message for r in results if not r.ok][:2]
