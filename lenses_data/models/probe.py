@@ -93,6 +93,14 @@ async def _listing(
         if attempt < retry.max_attempts:
             await asyncio.sleep(backoff_delay(attempt, retry, rng))
         elif time.monotonic() < deadline:
+            if attempt == retry.max_attempts:
+                log.warning(
+                    "every endpoint of role %s is down (%s); waiting up to %.0fs for one to answer "
+                    "(retry.down_grace_s)",
+                    name,
+                    error[1],
+                    deadline - time.monotonic(),
+                )
             await asyncio.sleep(max(0.01, min(retry.unhealthy_cooldown_s, deadline - time.monotonic())))
         else:
             raise unavailable(name, tuple(e.url for e in endpoints), *error)
