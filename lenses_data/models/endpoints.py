@@ -107,11 +107,20 @@ class EndpointPool:
     def capacity(self) -> int:
         return sum(e.capacity for e in self.endpoints)
 
-    def _pick(self, now: float, affinity: str | None = None) -> Endpoint | None:
+    def _pick(
+        self, now: float, affinity: str | None = None, avoid: Endpoint | None = None
+    ) -> Endpoint | None:
         bound = self._affinity.get(affinity) if affinity is not None else None
         if bound is not None and bound.healthy(now):
             return bound if bound.outstanding < bound.capacity else None  # wait for a slot there
-        free = [e for e in self.endpoints if e.outstanding < e.capacity and e.healthy(now)]
+        # A retry goes elsewhere while another endpoint is in rotation: a dead server refuses at
+        # once, so it always looks the least loaded and would take every retry of its own failures.
+        others = avoid is not None and any(e is not avoid and e.healthy(now) for e in self.endpoints)
+        free = [
+            e
+            for e in self.endpoints
+            if e.outstanding < e.capacity and e.healthy(now) and not (others and e is avoid)
+        ]
         if not free:
             return None
         return min(free, key=lambda e: (e.outstanding / e.capacity, e.outstanding))
@@ -130,12 +139,13 @@ class EndpointPool:
         bound = self._affinity.get(affinity)
         return bound.url if bound is not None else None
 
-    async def acquire(self, affinity: str | None = None) -> Endpoint:
-        """A slot on an endpoint; every acquire is paired with one `release` with the same key."""
+    async def acquire(self, affinity: str | None = None, avoid: Endpoint | None = None) -> Endpoint:
+        """A slot on an endpoint (`avoid`: the one a retry just failed on, used only when no other
+        is in rotation); every acquire is paired with one `release` with the same key."""
         if affinity is not None:
             self._key_users[affinity] += 1
         try:
-            return await self._acquire(affinity)
+            return await self._acquire(affinity, avoid)
         except BaseException:  # cancelled while waiting: no release will follow
             self._drop_user(affinity)
             raise
@@ -146,11 +156,11 @@ class EndpointPool:
             if not self._key_users[affinity]:
                 del self._key_users[affinity]
 
-    async def _acquire(self, affinity: str | None) -> Endpoint:
+    async def _acquire(self, affinity: str | None, avoid: Endpoint | None) -> Endpoint:
         async with self._changed:
             while True:
                 now = time.monotonic()
-                chosen = self._pick(now, affinity)
+                chosen = self._pick(now, affinity, avoid)
                 if chosen is not None:
                     chosen.outstanding += 1
                     chosen.calls += 1

@@ -129,3 +129,13 @@ def test_a_shard_that_starts_while_its_lone_replica_restarts_waits_for_it_in_the
     finally:
         probe.forget()
     assert all(r.ok for r in results), [r.error_message for r in results if not r.ok][:2]
+
+
+def test_a_retry_goes_to_another_replica_than_the_one_that_just_failed(simulator) -> None:
+    # A dead server refuses at once, so it always looks the least loaded; before it is benched
+    # (here: never) a request's retries must not all land on it.
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    with simulator() as alive:
+        config = sim_models_config([dead, alive], concurrency=1, unhealthy_after=100, max_attempts=2)
+        results = ModelClient(config).run_sync(_requests(20), parse_choice(CHOICES))
+    assert all(r.ok for r in results), [r.error_message for r in results if not r.ok][:2]
