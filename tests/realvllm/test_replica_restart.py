@@ -157,8 +157,10 @@ def test_a_replica_killed_mid_build_is_restarted_and_the_build_matches_a_clean_o
     vllm_python_path, tiny_validator_model, tmp_path
 ):
     serve, log, port = _serve(vllm_python_path, tiny_validator_model, tmp_path)
+    groups: set[int] = set()  # each replica's process group: its API server's pid
     try:
         pids = _ready(log, serve, 2)
+        groups.update(pids.values())
         urls = [f"http://127.0.0.1:{port + i}/v1" for i in range(2)]
         with run_in_thread(SimConfig()) as sim_url:
             killed = tmp_path / "killed"
@@ -178,6 +180,7 @@ def test_a_replica_killed_mid_build_is_restarted_and_the_build_matches_a_clean_o
 
             assert f"restart 1/5 of {urls[0]}: exited with -9" in log.read_text()
             restarted = _ready(log, serve, 3)
+            groups.update(restarted.values())
             assert restarted[urls[0]] != pids[urls[0]] and restarted[urls[1]] == pids[urls[1]]
             clean = tmp_path / "clean"
             build = _build(clean, _models(sim_url, urls))
@@ -197,3 +200,18 @@ def test_a_replica_killed_mid_build_is_restarted_and_the_build_matches_a_clean_o
             serve.send_signal(signal.SIGTERM)
             serve.wait(timeout=120)
     assert serve.returncode == 0, log.read_text()[-3000:]
+    left = _members(groups)  # vLLM's engine core and workers included
+    assert not left, f"processes left after SIGTERM: {left}"
+
+
+def _members(groups: set[int]) -> list[str]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            name, fields = stat.read_text().rsplit(")", 1)
+        except OSError:  # the process ended
+            continue
+        state, _parent, group = fields.split()[:3]
+        if int(group) in groups and state != "Z":
+            found.append(name.split("(", 1)[1])
+    return found
