@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+import yaml
 
 from lenses_data.config.models import RetryConfig
 from lenses_data.models.client import ModelClient, ModelRequest
@@ -139,3 +140,22 @@ def test_a_retry_goes_to_another_replica_than_the_one_that_just_failed(simulator
         config = sim_models_config([dead, alive], concurrency=1, unhealthy_after=100, max_attempts=2)
         results = ModelClient(config).run_sync(_requests(20), parse_choice(CHOICES))
     assert all(r.ok for r in results), [r.error_message for r in results if not r.ok][:2]
+
+
+def test_lenses_validate_exits_4_and_writes_nothing_when_its_replicas_stay_down_past_the_grace(
+    tmp_path, capsys
+) -> None:
+    from lenses_app.cli import main
+    from lenses_data import io
+    from tests.lenses_data.models.test_client_outage import _config_dict, _rules_run
+
+    run = _rules_run(tmp_path / "run")
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    config = _config_dict(dead, run)
+    config["models"]["retry"].update(down_grace_s=0.5, unhealthy_cooldown_s=0.05)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main(["validate", "--config", str(path)]) == 4
+    assert dead in capsys.readouterr().err
+    assert not io.shard_path(run, "validate", 0).exists()
+    assert not io.rejection_path(run, "validate", 0).exists()
