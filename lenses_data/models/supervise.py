@@ -52,7 +52,9 @@ class Supervised:
     restart_at: float = 0.0
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def _die_with_parent() -> None:
+    """Runs in the child between fork and exec. Linux sends the signal when the thread that started
+    the child ends: `lenses serve` starts its replicas from its main thread."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):
