@@ -1,9 +1,12 @@
-"""`lenses serve`: launch vLLM for a model role (or print the exact commands with --dry-run)."""
+"""`lenses serve`: launch vLLM for a model role and keep its replicas up (or print the exact commands
+with --dry-run)."""
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 
 from lenses_data.models.serve import ServeOptions
 
@@ -13,11 +16,13 @@ ROLE_CHOICES = ("filter", "generator", "validator", "visual_validator")
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "serve",
-        help="launch vLLM for a model role and wait until it is healthy",
+        help="launch vLLM for a model role and keep its replicas serving",
         description="Build the `vllm serve` command for a role from the config (model, --max-model-len, "
         "--limit-mm-per-prompt, --gpu-memory-utilization, tensor-parallel size), one single-GPU replica "
         "per GPU on consecutive ports, start them, wait for /health and /v1/models, and print the "
-        "endpoints. vLLM is run as a command (or in the pinned Docker image), never imported.",
+        "endpoints. A replica that dies after serving is restarted with exponential backoff, up to "
+        "--max-restarts times; SIGTERM or SIGINT stops every replica. vLLM is run as a command (or in "
+        "the pinned Docker image), never imported.",
     )
     parser.add_argument("--role", required=True, choices=ROLE_CHOICES, help="model role to serve")
     parser.add_argument("--config", help="pipeline YAML config (default: built-in defaults)")
@@ -25,7 +30,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--first-gpu", type=int, default=0, help="index of the first GPU to use")
     parser.add_argument("--docker", action="store_true", help="run the pinned vllm/vllm-openai image")
     parser.add_argument("--dry-run", action="store_true", help="print the commands and the endpoints only")
-    parser.add_argument("--health-timeout", type=float, default=1800.0, help="seconds to wait for health")
+    parser.add_argument(
+        "--health-timeout",
+        type=float,
+        default=1800.0,
+        help="seconds a (re)started replica has to get healthy",
+    )
+    parser.add_argument(
+        "--max-restarts",
+        type=_at_least_zero(int),
+        default=5,
+        help="restarts of one replica before it is given up (default 5; 0: never restart). The command "
+        "exits 1 when every replica is given up and keeps serving with the rest otherwise",
+    )
+    parser.add_argument(
+        "--restart-backoff",
+        type=_at_least_zero(float),
+        default=10.0,
+        metavar="SECONDS",
+        help="wait before a replica's first restart, doubled for each next one (default 10)",
+    )
+    parser.add_argument(
+        "--restart-backoff-max",
+        type=_at_least_zero(float),
+        default=300.0,
+        metavar="SECONDS",
+        help="cap of that wait",
+    )
     parser.add_argument(
         "--host",
         help="address the servers bind (default: 0.0.0.0 when the role names an API key, which the servers "
@@ -39,6 +70,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--dry-run checks the command line with that release's own argument parser",
     )
     parser.set_defaults(func=handle)
+
+
+def _at_least_zero(kind):
+    def parse(text: str):
+        value = kind(text)
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"{text} is negative")
+        return value
+
+    return parse
 
 
 def _models_config(path: str | None):
@@ -89,7 +130,7 @@ def handle(args: argparse.Namespace) -> int:
             print(f"error: {error}", file=sys.stderr)
             return 2
         print(f"# vLLM {version}'s own argument parser accepts this command line")
-    return 0 if args.dry_run else _run(replicas, args.health_timeout)
+    return 0 if args.dry_run else _run(replicas, args)
 
 
 def _api_key(role_name: str, role, resolve: bool) -> tuple[str | None, str]:
@@ -107,17 +148,24 @@ def _api_key(role_name: str, role, resolve: bool) -> tuple[str | None, str]:
     return resolve_api_key(role_name, role), source
 
 
-def _run(replicas, health_timeout: float) -> int:
-    from lenses_data.models.serve import launch, stop
+def _run(replicas, args: argparse.Namespace) -> int:
+    """Supervise the replicas until SIGTERM/SIGINT (exit 0) or until every one is given up (exit 1)."""
+    from lenses_data.models.serve import require_launcher
+    from lenses_data.models.supervise import RestartPolicy, Supervisor
 
     try:
-        processes = launch(replicas, health_timeout)
-    except (FileNotFoundError, RuntimeError, TimeoutError) as exc:
+        require_launcher(replicas)
+    except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    policy = RestartPolicy(
+        args.max_restarts, args.restart_backoff, args.restart_backoff_max, args.health_timeout
+    )
+    stop = threading.Event()
+    # The handlers only set the event: the supervisor's loop then stops every replica's process group.
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        for process in processes:
-            process.wait()
-    except KeyboardInterrupt:
-        stop(processes)
-    return max((p.returncode or 0) for p in processes)
+        return Supervisor(replicas, policy).run(stop)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -128,7 +128,18 @@ class RetryConfig(Section):
     jitter: float = Field(default=0.5, ge=0, le=1, description="Fraction of the delay randomised")
     max_reasks: int = Field(default=2, ge=0, description="Re-asks after an unparseable/invalid answer")
     unhealthy_after: int = Field(default=3, ge=1, description="Consecutive failures that bench an endpoint")
-    unhealthy_cooldown_s: float = Field(default=15.0, ge=0)
+    unhealthy_cooldown_s: float = Field(
+        default=15.0,
+        ge=0,
+        description="Seconds between health checks (GET /health) of a benched endpoint; one that "
+        "answers is put back in rotation",
+    )
+    down_grace_s: float = Field(
+        default=600.0,
+        ge=0,
+        description="How long every endpoint of a role may be out of rotation (a replica restarting) "
+        "before the shard fails as infrastructure (exit 4); never a rejection",
+    )
     # A batch whose answers are mostly unusable is a broken request, server or model, not bad items
     # (models/systemic.py): the shard fails (exit 4) instead of rejecting them.
     systemic_min_failures: int = Field(

@@ -27,6 +27,7 @@ from lenses_data.models.messages import (
     request_hash,
 )
 from lenses_data.models.parsing import pick_choice
+from lenses_data.models.readmit import EndpointsDown
 from lenses_data.models.types import AnswerError, ModelRequest, ModelResult
 
 
@@ -256,8 +257,13 @@ async def _call(
     typed transforms, and the answer is read from the JSON without building the typed model."""
     code, message = codes.TRANSPORT_ERROR, ""
     options = {"headers": headers}
+    failed_on = None  # the endpoint of the last failed attempt: the retry prefers another
     for attempt in range(1, rt.retry.max_attempts + 1):
-        endpoint = await rt.pool.acquire(affinity)
+        try:
+            endpoint = await rt.pool.acquire(affinity, avoid=failed_on)
+        except EndpointsDown as down:  # no replica came back within the grace: an outage, not data
+            said = f" (last failure: {message})" if message else ""
+            return CallOutcome(None, attempt - 1, codes.TRANSPORT_ERROR, f"{down}{said}")
         healthy: bool | None = None
         hint: float | None = None
         try:
@@ -270,6 +276,7 @@ async def _call(
         except Exception as exc:
             code, retryable, healthy = classify_error(exc)
             message = f"{type(exc).__name__}: {str(exc)[:300]}"
+            failed_on = endpoint
             if not retryable:
                 return CallOutcome(None, attempt, code, message)
             hint = retry_after_s(exc)

@@ -1,10 +1,11 @@
 """Endpoints of one role: bounded requests in flight each, least-outstanding balancing with image
-affinity, and a circuit breaker that benches an endpoint after consecutive failures and retries it
-later."""
+affinity, and a circuit breaker that benches an endpoint after consecutive failures and puts it back
+in rotation once its server passes a health check (readmit.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from collections import Counter, OrderedDict
@@ -15,6 +16,9 @@ import openai
 
 from lenses_data.config.models import RetryConfig
 from lenses_data.models import types as codes
+from lenses_data.models.readmit import EndpointsDown, HealthCheck, server_healthy
+
+log = logging.getLogger("lenses_data.models")
 
 # httpx's connection pool checks every connection (a getpeername and a poll each) on each request,
 # so one pool of 256 keep-alive connections costs O(256) per request; shards of 8 keep it short
@@ -33,11 +37,12 @@ class Endpoint:
     capacity: int
     outstanding: int = 0
     consecutive_failures: int = 0
-    benched_until: float = 0.0
+    # Benched (out of rotation) since this monotonic time; None: in rotation.
+    down_since: float | None = None
     calls: int = field(default=0)
 
-    def healthy(self, now: float) -> bool:
-        return now >= self.benched_until
+    def healthy(self, _now: float | None = None) -> bool:
+        return self.down_since is None
 
     @property
     def client(self) -> Any:
@@ -84,11 +89,15 @@ class EndpointPool:
     replicas, almost every answer would). Keys are forgotten least recently used first, and a key
     whose endpoint fails or is benched moves to the least-loaded healthy one."""
 
-    def __init__(self, endpoints: list[Endpoint], retry: RetryConfig) -> None:
+    def __init__(
+        self, endpoints: list[Endpoint], retry: RetryConfig, health_check: HealthCheck = server_healthy
+    ) -> None:
         if not endpoints:
             raise ValueError("an endpoint pool needs at least one endpoint")
         self.endpoints = endpoints
         self.retry = retry
+        self.health_check = health_check
+        self._watchers: dict[str, asyncio.Task[None]] = {}  # per benched endpoint: its health checks
         self._changed = asyncio.Condition()
         self._affinity: OrderedDict[str, Endpoint] = OrderedDict()
         self._affinity_limit = AFFINITY_KEYS_PER_SLOT * self.capacity
@@ -98,11 +107,20 @@ class EndpointPool:
     def capacity(self) -> int:
         return sum(e.capacity for e in self.endpoints)
 
-    def _pick(self, now: float, affinity: str | None = None) -> Endpoint | None:
+    def _pick(
+        self, now: float, affinity: str | None = None, avoid: Endpoint | None = None
+    ) -> Endpoint | None:
         bound = self._affinity.get(affinity) if affinity is not None else None
         if bound is not None and bound.healthy(now):
             return bound if bound.outstanding < bound.capacity else None  # wait for a slot there
-        free = [e for e in self.endpoints if e.outstanding < e.capacity and e.healthy(now)]
+        # A retry goes elsewhere while another endpoint is in rotation: a dead server refuses at
+        # once, so it always looks the least loaded and would take every retry of its own failures.
+        others = avoid is not None and any(e is not avoid and e.healthy(now) for e in self.endpoints)
+        free = [
+            e
+            for e in self.endpoints
+            if e.outstanding < e.capacity and e.healthy(now) and not (others and e is avoid)
+        ]
         if not free:
             return None
         return min(free, key=lambda e: (e.outstanding / e.capacity, e.outstanding))
@@ -121,12 +139,13 @@ class EndpointPool:
         bound = self._affinity.get(affinity)
         return bound.url if bound is not None else None
 
-    async def acquire(self, affinity: str | None = None) -> Endpoint:
-        """A slot on an endpoint; every acquire is paired with one `release` with the same key."""
+    async def acquire(self, affinity: str | None = None, avoid: Endpoint | None = None) -> Endpoint:
+        """A slot on an endpoint (`avoid`: the one a retry just failed on, used only when no other
+        is in rotation); every acquire is paired with one `release` with the same key."""
         if affinity is not None:
             self._key_users[affinity] += 1
         try:
-            return await self._acquire(affinity)
+            return await self._acquire(affinity, avoid)
         except BaseException:  # cancelled while waiting: no release will follow
             self._drop_user(affinity)
             raise
@@ -137,20 +156,20 @@ class EndpointPool:
             if not self._key_users[affinity]:
                 del self._key_users[affinity]
 
-    async def _acquire(self, affinity: str | None) -> Endpoint:
+    async def _acquire(self, affinity: str | None, avoid: Endpoint | None) -> Endpoint:
         async with self._changed:
             while True:
                 now = time.monotonic()
-                chosen = self._pick(now, affinity)
+                chosen = self._pick(now, affinity, avoid)
                 if chosen is not None:
                     chosen.outstanding += 1
                     chosen.calls += 1
                     if affinity is not None:
                         self._bind(affinity, chosen)
                     return chosen
-                # All benched: wake when the first comes off the bench (or on any release).
-                waits = [e.benched_until - now for e in self.endpoints if not e.healthy(now)]
-                timeout = min(waits) if len(waits) == len(self.endpoints) else None
+                # All benched: wake when a health check readmits one (or on any release), and
+                # give up once the last one has been down for the grace.
+                timeout = self._grace_left(now)
                 try:
                     await asyncio.wait_for(self._changed.wait(), timeout=timeout)
                 except TimeoutError:
@@ -168,11 +187,53 @@ class EndpointPool:
                 if affinity is not None and self._affinity.get(affinity) is endpoint:
                     del self._affinity[affinity]
                 endpoint.consecutive_failures += 1
-                if endpoint.consecutive_failures >= self.retry.unhealthy_after:
-                    endpoint.benched_until = time.monotonic() + self.retry.unhealthy_cooldown_s
+                if endpoint.consecutive_failures >= self.retry.unhealthy_after and endpoint.healthy():
+                    self._bench(endpoint)
+            self._changed.notify_all()
+
+    def _grace_left(self, now: float) -> float | None:
+        """Seconds until every endpoint has been down for `down_grace_s` (None: one is up)."""
+        downs = [e.down_since for e in self.endpoints]
+        if any(since is None for since in downs):
+            return None
+        last_down = max(since for since in downs if since is not None)
+        left = last_down + self.retry.down_grace_s - now
+        if left <= 0:
+            urls = ", ".join(e.url for e in self.endpoints)
+            raise EndpointsDown(
+                f"every endpoint ({urls}) out of rotation for {now - last_down:.0f}s, past "
+                f"retry.down_grace_s={self.retry.down_grace_s:g}: none passed a health check"
+            )
+        return left
+
+    def _bench(self, endpoint: Endpoint) -> None:
+        """Out of rotation until a health check passes (checked every unhealthy_cooldown_s)."""
+        endpoint.down_since = time.monotonic()
+        log.warning(
+            "endpoint %s out of rotation after %d consecutive failures; health-checked every %gs",
+            endpoint.url,
+            endpoint.consecutive_failures,
+            self.retry.unhealthy_cooldown_s,
+        )
+        self._watchers[endpoint.url] = asyncio.create_task(self._readmit(endpoint))
+
+    async def _readmit(self, endpoint: Endpoint) -> None:
+        while True:
+            await asyncio.sleep(self.retry.unhealthy_cooldown_s)
+            if await self.health_check(endpoint):
+                break
+        async with self._changed:
+            down_for = time.monotonic() - (endpoint.down_since or time.monotonic())
+            endpoint.down_since, endpoint.consecutive_failures = None, 0
+            self._watchers.pop(endpoint.url, None)
+            log.warning("endpoint %s back in rotation (healthy after %.0fs down)", endpoint.url, down_for)
             self._changed.notify_all()
 
     async def close(self) -> None:
+        watchers, self._watchers = list(self._watchers.values()), {}
+        for watcher in watchers:
+            watcher.cancel()
+        await asyncio.gather(*watchers, return_exceptions=True)
         for endpoint in self.endpoints:
             await endpoint.close()
 

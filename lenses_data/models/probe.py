@@ -73,10 +73,17 @@ class ProbeReport:
         return "; ".join(f"{c.capability} {c.status} ({c.detail})" for c in self.checks)
 
 
-async def _listing(name: str, endpoints: list[Endpoint], retry: RetryConfig) -> tuple[Endpoint, list[Any]]:
-    """The first endpoint that lists its models, and that list (retried like any request)."""
+async def _listing(
+    name: str, endpoints: list[Endpoint], retry: RetryConfig, wait_s: float = 0.0
+) -> tuple[Endpoint, list[Any]]:
+    """The first endpoint that lists its models, and that list (retried like any request). With
+    `wait_s`, endpoints that are all down are asked again every `unhealthy_cooldown_s` until that
+    many seconds have passed (a replica being restarted: the requests wait as long)."""
     rng, error = random.Random(0), ("", "")
-    for attempt in range(1, retry.max_attempts + 1):
+    deadline = time.monotonic() + wait_s
+    attempt = 0
+    while True:
+        attempt += 1
         for endpoint in endpoints:
             try:
                 listing = await endpoint.client.models.list()
@@ -85,7 +92,18 @@ async def _listing(name: str, endpoints: list[Endpoint], retry: RetryConfig) -> 
                 error = (classify_error(exc)[0], f"{type(exc).__name__}: {str(exc)[:200]}")
         if attempt < retry.max_attempts:
             await asyncio.sleep(backoff_delay(attempt, retry, rng))
-    raise unavailable(name, tuple(e.url for e in endpoints), *error)
+        elif time.monotonic() < deadline:
+            if attempt == retry.max_attempts:
+                log.warning(
+                    "every endpoint of role %s is down (%s); waiting up to %.0fs for one to answer "
+                    "(retry.down_grace_s)",
+                    name,
+                    error[1],
+                    deadline - time.monotonic(),
+                )
+            await asyncio.sleep(max(0.01, min(retry.unhealthy_cooldown_s, deadline - time.monotonic())))
+        else:
+            raise unavailable(name, tuple(e.url for e in endpoints), *error)
 
 
 async def probe_role(
@@ -96,10 +114,12 @@ async def probe_role(
     needs: tuple[str, ...],
     json_mode: str,
     choice_style: str,
+    down_wait_s: float = 0.0,
 ) -> ProbeReport:
-    """Check what `needs` asks of the role's endpoints; the report holds the modes to use."""
+    """Check what `needs` asks of the role's endpoints; the report holds the modes to use. With
+    `down_wait_s`, a role whose every endpoint is down is waited for that long first."""
     urls = tuple(e.url for e in endpoints)
-    endpoint, entries = await _listing(name, endpoints, retry)
+    endpoint, entries = await _listing(name, endpoints, retry, down_wait_s)
     served = [str(m.id) for m in entries]
     simulated = any(m.startswith(codes.SIMULATED_MODEL_PREFIX) for m in served)
     info = ServerInfo(await server_version(endpoint.url), listed_context(entries, role.model))
@@ -176,7 +196,10 @@ async def cached_probe(
         hit = _cache.get(key)
     if hit is not None and now - hit[0] < CACHE_TTL_S:
         return hit[1]
-    report = await probe_role(name, role, endpoints, retry, needs, json_mode, choice_style)
+    # A build waits for a restarting replica as its requests would (`lenses check` does not).
+    report = await probe_role(
+        name, role, endpoints, retry, needs, json_mode, choice_style, retry.down_grace_s
+    )
     level = logging.INFO if all(c.status == "ok" for c in report.checks) else logging.WARNING
     log.log(level, "probe of role %s at %s: %s", name, ", ".join(report.urls), report.describe())
     with _cache_lock:

@@ -1,4 +1,4 @@
-"""Launch vLLM for a model role: build the `vllm serve` command(s), start them, wait for health.
+"""Plan vLLM for a model role: build the `vllm serve` command(s) that supervise.py starts and keeps up.
 
 vLLM is never imported here: it runs as a command (on a GPU node's vLLM install or in the pinned
 `vllm/vllm-openai` image), so the pipeline's environment does not depend on it. A 38B (or 32B)
@@ -12,13 +12,9 @@ import json
 import os
 import shlex
 import shutil
-import signal
 import subprocess
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-
-import httpx
 
 from lenses_data.config.models import ROLES, ModelsConfig, RoleConfig
 from lenses_data.models.dialect import serve_flags
@@ -194,52 +190,10 @@ def check_with_vllm_parser(vllm_python: str, engine_argv: Sequence[str], timeout
         raise ValueError(f"vLLM's parser refuses the command line: {lines[-1] if lines else done.returncode}")
 
 
-def wait_healthy(
-    base_url: str, timeout_s: float, process: subprocess.Popen | None = None, api_key: str | None = None
-) -> list[str]:
-    """Poll /health, then /v1/models (with the key, if the server requires one); return the served
-    model ids. Raises on timeout or exit."""
-    root = base_url.removesuffix("/v1")
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            raise RuntimeError(f"server for {base_url} exited with code {process.returncode}")
-        try:
-            if httpx.get(f"{root}/health", timeout=5).status_code == 200:
-                listing = httpx.get(f"{root}/v1/models", headers=headers, timeout=5).json()
-                return [m["id"] for m in listing.get("data", [])]
-        except (httpx.HTTPError, ValueError):
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"{base_url} not healthy after {timeout_s:.0f}s")
-
-
-def launch(replicas: list[Replica], health_timeout_s: float) -> list[subprocess.Popen]:
-    """Start every replica, wait until each answers /v1/models, print the endpoints."""
+def require_launcher(replicas: list[Replica]) -> None:
+    """Raise FileNotFoundError when the replicas' `vllm` command is not installed on this node."""
     if replicas and replicas[0].argv[0] == "vllm" and shutil.which("vllm") is None:
         raise FileNotFoundError(
             "`vllm` is not on PATH: run on a vLLM node, pass --vllm-python (a vLLM venv's python), or use "
             "--docker (pinned image)"
         )
-    processes = [subprocess.Popen(r.argv, env=r.process_env()) for r in replicas]
-    try:
-        for replica, process in zip(replicas, processes, strict=True):
-            key = next((value for name, value, _ in replica.secret_env if name == API_KEY_ENV), None) or None
-            models = wait_healthy(replica.base_url, health_timeout_s, process, key)
-            print(f"ready: {replica.base_url} serving {', '.join(models)}", flush=True)
-    except BaseException:
-        stop(processes)
-        raise
-    return processes
-
-
-def stop(processes: list[subprocess.Popen]) -> None:
-    for process in processes:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-    for process in processes:
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()

@@ -66,6 +66,11 @@ def write_config(
     tmp: Path, internvl: VllmServer, validator: VllmServer, overrides: dict[str, Any] | None = None
 ) -> Path:
     """configs/sample.yaml's pipeline over the bundled sample pool, models on the real servers."""
+    return write_pipeline_config(tmp, models_section(internvl, validator), overrides)
+
+
+def write_pipeline_config(tmp: Path, models: dict[str, Any], overrides: dict[str, Any] | None = None) -> Path:
+    """configs/sample.yaml's pipeline over the bundled sample pool with this `models` section."""
     pool = tmp / "pool"
     if not pool.exists():
         build_sample_pool(pool)
@@ -85,7 +90,7 @@ def write_config(
             "prompt_words": {"min": 1, "max": 40},
         },
         "orchestration": {"task_runner": "thread", "max_workers": 2},
-        "models": models_section(internvl, validator),
+        "models": models,
     }
     path = tmp / "real-vllm.yaml"
     path.write_text(yaml.safe_dump(deep_merge(config, overrides or {}), sort_keys=False))

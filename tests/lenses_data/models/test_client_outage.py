@@ -55,7 +55,8 @@ def _rules_run(run: Path, images_per_shard: int = IMAGES_PER_SHARD) -> Path:
 
 
 def _config_dict(url: str, run: Path) -> dict:
-    fast = {"backoff_base_s": 0.001, "backoff_max_s": 0.01, "max_attempts": 2}
+    # No grace: a server that is down is not waited for (a restarting replica would be, 600 s).
+    fast = {"backoff_base_s": 0.001, "backoff_max_s": 0.01, "max_attempts": 2, "down_grace_s": 0}
     # One request at a time: how many were answered before the outage is exact.
     role = {"model": "test/validator", "base_urls": [url], "timeout_s": 5, "max_concurrency": 1}
     return {"run_dir": str(run), "models": {"validator": role, "retry": fast}}

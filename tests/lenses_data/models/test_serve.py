@@ -81,34 +81,6 @@ def test_constraint_fields_on_the_wire() -> None:
     }
 
 
-def test_launch_waits_for_health_then_stops(capsys: pytest.CaptureFixture[str]) -> None:
-    # The simulator stands in for vLLM: same /health and /v1/models, started as a command.
-    import sys
-
-    from lenses_data.models.serve import Replica, launch, stop
-    from lenses_data.simulator.simulator import free_port
-
-    port = free_port()
-    replica = Replica([0], port, [sys.executable, "-m", "lenses_app.cli", "simulate", "--port", str(port)])
-    processes = launch([replica], health_timeout_s=60)
-    try:
-        assert f"ready: http://127.0.0.1:{port}/v1 serving simulated/" in capsys.readouterr().out
-        assert processes[0].poll() is None
-    finally:
-        stop(processes)
-    assert processes[0].poll() is not None
-
-
-def test_launch_reports_a_server_that_exits() -> None:
-    import sys
-
-    from lenses_data.models.serve import Replica, launch
-
-    replica = Replica([0], 9, [sys.executable, "-c", "raise SystemExit(3)"])
-    with pytest.raises(RuntimeError, match="exited with code 3"):
-        launch([replica], health_timeout_s=60)
-
-
 def _serve_lines(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str], str]:
     code = main(["serve", "--dry-run", *argv])
     captured = capsys.readouterr()

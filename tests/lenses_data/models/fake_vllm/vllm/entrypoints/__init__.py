@@ -1,0 +1,1 @@
+"""Part of a stand-in for vLLM (see api_server.py)."""
