@@ -71,6 +71,15 @@ def build_retriever(
     if cfg.model.attn_implementation:
         kwargs["attn_implementation"] = cfg.model.attn_implementation
     model = LlavaNextForConditionalGeneration.from_pretrained(str(base_path), **kwargs)
+    return assemble_retriever(cfg, model, processor, device, checkpointing=checkpointing)
+
+
+def assemble_retriever(cfg: TrainConfig, model, processor, device: torch.device, *, checkpointing: bool = False):
+    """Lens tokens, checkpointing, LoRA and speed levers on a loaded (or randomly built) base model.
+
+    Returns (LensRetriever on device, processor, TokenIds); `build_retriever` loads the base first.
+    """
+    dtype = resolve_dtype(cfg.run.precision, device)
     ids: TokenIds = add_lens_tokens(processor.tokenizer, model, cfg.model.noise_sigma, cfg.run.seed)
     if checkpointing:
         enable_checkpointing(model)

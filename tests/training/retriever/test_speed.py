@@ -92,7 +92,8 @@ def _count_mlp_calls(retriever, layer_kind: str) -> Counter:
 def test_vision_no_grad_same_loss_and_grads_and_the_tower_is_not_recomputed(tiny_base, batch):
     runs = {}
     for on in (False, True):
-        retriever, _ = _retriever(_config(tiny_base, {"vision_no_grad": on}), tiny_base, checkpointing=True)
+        cfg = _config(tiny_base, {"vision_no_grad": on}, dropout=0.1)  # the recipe's LoRA dropout
+        retriever, _ = _retriever(cfg, tiny_base, checkpointing=True)
         calls = _count_mlp_calls(retriever, "CLIP")
         runs[on] = _loss_and_grads(retriever, batch)
         # off: peft's input-grad hook drags the frozen tower into autograd: forward + recompute
@@ -175,3 +176,9 @@ def test_compile_layers_is_wired_and_keeps_loss_and_grads(tiny_base, batch):
     assert all(layer._compiled_call_impl is not None for layer in layers)
     base, _ = _retriever(_config(tiny_base), tiny_base, checkpointing=True)
     _assert_same(_loss_and_grads(fast, batch), _loss_and_grads(base, batch), 1e-5)
+
+
+def test_the_recipe_turns_on_only_the_levers_shown_bit_equal():
+    speed = load_train_config("h200x8").speed
+    assert speed.vision_no_grad and load_train_config("h200x8").run.gradient_checkpointing
+    assert not speed.lora_no_input_cast and speed.length_chunks == 1 and not speed.compile_layers
