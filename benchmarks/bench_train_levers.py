@@ -19,6 +19,7 @@ variant: the levers keep the recipe, so it should agree.
 from __future__ import annotations
 
 import argparse
+import copy
 import gc
 import platform
 import random
@@ -36,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from training.loop.inputs import Collator, to_device  # noqa: E402
 from training.retriever.build import assemble_retriever, build_retriever  # noqa: E402
 from training.retriever.config import load_train_config  # noqa: E402
+from training.retriever.lenses import NEW_TOKENS  # noqa: E402
 
 WORDS = (
     "the a old red calm sky street night cat mat rocket coin cup river light shadow city quiet storm".split()
@@ -78,28 +80,47 @@ def synthetic_items(n_images: int, captions_per_image: int, image_size: int, see
     return items
 
 
-def base_source(args, cfg):
-    """Tiny: a random tiny base on disk. Production: the model directory's config, random weights."""
+def base_source(args, cfg, tmp: Path):
+    """(build(cfg, device), processor). Tiny: a random tiny base on disk. Production: the model
+    directory's config and processor files, random bf16 weights made on the device."""
     if args.size == "tiny":
         from training.dryrun.tiny import materialize_tiny_base
 
         texts = [" ".join(WORDS)] * 4
-        base = materialize_tiny_base(Path(tempfile.mkdtemp(prefix="levers-")) / "base", texts, cfg.model.tiny)
-        return lambda c, device: build_retriever(c, base, device, checkpointing=True)
-    from transformers import AutoConfig, AutoProcessor, LlavaNextForConditionalGeneration
+        base = materialize_tiny_base(tmp / "base", texts, cfg.model.tiny)
+
+        def build_tiny(c, device):
+            torch.manual_seed(0)  # the same LoRA init in every variant
+            return build_retriever(c, base, device, checkpointing=True)
+
+        return build_tiny, _processor(base)
+    from transformers import AutoConfig, LlavaNextForConditionalGeneration
 
     config = AutoConfig.from_pretrained(args.model_dir)
-    if cfg.model.attn_implementation:
-        config._attn_implementation = cfg.model.attn_implementation
+    attn = {"attn_implementation": cfg.model.attn_implementation} if cfg.model.attn_implementation else {}
 
     def build(c, device):
-        processor = AutoProcessor.from_pretrained(args.model_dir)
-        processor.tokenizer.padding_side = "right"
+        processor = _processor(args.model_dir)
+        # the same random weights and LoRA init in every variant; a config copy, as adding the
+        # lens tokens may grow the vocabulary recorded in it
+        torch.manual_seed(0)
         with torch.device(device):
-            model = LlavaNextForConditionalGeneration._from_config(config, dtype=torch.bfloat16)
+            model = LlavaNextForConditionalGeneration._from_config(
+                copy.deepcopy(config), dtype=torch.bfloat16, **attn
+            )
         return assemble_retriever(c, model, processor, device, checkpointing=True)
 
-    return build
+    return build, _processor(args.model_dir)
+
+
+def _processor(model_dir):
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(str(model_dir))
+    processor.tokenizer.padding_side = "right"  # as build_retriever sets it
+    # the ids add_lens_tokens gives each built model: same files, same order
+    processor.tokenizer.add_tokens(list(NEW_TOKENS), special_tokens=True)
+    return processor
 
 
 class PeakMemory:
@@ -146,8 +167,8 @@ def run_on_gpu(build, configs: dict, batches: list, device: torch.device, warmup
                 times, loss = time_micro_batches(retriever.train(), batches, device, warmup)
             rows[name] = {"sec": statistics.median(times), "alloc": mem.allocated, "reserved": mem.reserved}
             rows[name]["loss"] = loss
-        except torch.OutOfMemoryError:
-            rows[name] = {"error": "out of memory"}
+        except Exception as exc:  # noqa: BLE001 - one variant's failure (OOM, compile) is a row
+            rows[name] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}"}
         retriever = None
         gc.collect()
         torch.cuda.empty_cache()
@@ -241,7 +262,7 @@ def report(args, rows: dict, batches: list, device: torch.device) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--size", default="tiny", choices=["tiny", "production"])
@@ -272,40 +293,48 @@ def main(argv: list[str] | None = None) -> int:
     if args.size == "production" and not args.model_dir:
         parser.error("--size production needs --model-dir")
     args.compile_backend = args.compile_backend or ("inductor" if args.device == "cuda" else "aot_eager")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if args.device == "cpu":
         torch.set_num_threads(args.threads)  # tiny matrices gain nothing from threads on a shared box
     device = torch.device(args.device)
-    precision = "bf16" if args.device == "cuda" else "fp32"
+    precision = (
+        "bf16" if args.device == "cuda" or args.size == "production" else "fp32"
+    )  # production: bf16 weights
     config = args.config or ("tiny" if args.size == "tiny" else "h200x8")
     cfg = load_train_config(config, {"run": {"precision": precision, "device": args.device}})
-    build = base_source(args, cfg)
-    _, processor, _ = build(cfg, torch.device("cpu") if args.size == "tiny" else device)
-    collator = Collator(processor, cfg.data, lens_mode=cfg.loss.mode == "lens")
-    size = cfg.data.image_size
-    batches = [
-        to_device(
-            collator.train_batch(synthetic_items(args.images, args.captions_per_image, size, seed)), device
+    with tempfile.TemporaryDirectory(prefix="bench-levers-") as tmp:  # the tiny base, deleted after
+        build, processor = base_source(args, cfg, Path(tmp))
+        collator = Collator(processor, cfg.data, lens_mode=cfg.loss.mode == "lens")
+        size = cfg.data.image_size
+        batches = [
+            to_device(
+                collator.train_batch(synthetic_items(args.images, args.captions_per_image, size, seed)),
+                device,
+            )
+            for seed in range(args.warmup + args.steps)
+        ]
+        configs = {
+            name: cfg.model_copy(update={"speed": cfg.speed.model_copy(update=speed)})
+            for name, speed in variants(args).items()
+            if not args.only or name in args.only or name.startswith("baseline")
+        }
+        if device.type == "cuda":
+            rows = run_on_gpu(build, configs, batches, device, args.warmup)
+        else:
+            rows = run_on_cpu(build, configs, batches, args.warmup, args.rounds)
+        loss_seconds(cfg, device, 16, 32, 64)  # warm-up
+        n_img, n_txt, hidden = args.loss_shape
+        loss_sec = loss_seconds(cfg, device, n_img, n_txt, hidden)
+        table = report(args, rows, batches, device)
+        table += (
+            f"\nWhole loss (Eqs. 4-10), forward + backward, {n_img} images x {n_txt} captions gathered, d={hidden}, "
+            f"16 image slots: {loss_sec:.3f} s ({loss_sec / rows['baseline']['sec']:.3f} of a baseline micro-batch "
+            "above; on one rank of the recipe the loss sees this whole gathered batch)\n"
         )
-        for seed in range(args.warmup + args.steps)
-    ]
-    configs = {
-        name: cfg.model_copy(update={"speed": cfg.speed.model_copy(update=speed)})
-        for name, speed in variants(args).items()
-        if not args.only or name in args.only or name.startswith("baseline")
-    }
-    if device.type == "cuda":
-        rows = run_on_gpu(build, configs, batches, device, args.warmup)
-    else:
-        rows = run_on_cpu(build, configs, batches, args.warmup, args.rounds)
-    loss_seconds(cfg, device, 16, 32, 64)  # warm-up
-    n_img, n_txt, hidden = args.loss_shape
-    loss_sec = loss_seconds(cfg, device, n_img, n_txt, hidden)
-    table = report(args, rows, batches, device)
-    table += (
-        f"\nWhole loss (Eqs. 4-10), forward + backward, {n_img} images x {n_txt} captions gathered, d={hidden}, "
-        f"16 image slots: {loss_sec:.3f} s ({loss_sec / rows['baseline']['sec']:.3f} of a baseline micro-batch "
-        "above; on one rank of the recipe the loss sees this whole gathered batch)\n"
-    )
     print(table)
     if args.write:
         with open(args.write, "a") as fh:
