@@ -182,3 +182,20 @@ def test_the_recipe_turns_on_only_the_levers_shown_bit_equal():
     speed = load_train_config("h200x8").speed
     assert speed.vision_no_grad and load_train_config("h200x8").run.gradient_checkpointing
     assert not speed.lora_no_input_cast and speed.length_chunks == 1 and not speed.compile_layers
+
+
+def test_bit_equal_levers_train_the_same_through_the_loop(tiny_config, tmp_path):
+    """The real loop (loader, collator, AdamW) in bf16 with checkpointing and LoRA dropout 0.1:
+    the levers that the recipe may turn on without a GPU check leave every step's numbers as they were."""
+    from training.loop.train import train
+
+    histories = {}
+    for on in (False, True):
+        cfg = tiny_config.model_copy(deep=True)
+        cfg.run.out_dir = str(tmp_path / f"run-{on}")
+        cfg.run.precision, cfg.run.gradient_checkpointing, cfg.lora.dropout = "bf16", True, 0.1
+        cfg.optim.max_steps = 2
+        if on:
+            cfg.speed.vision_no_grad, cfg.speed.checkpoint_skip_last = True, 1
+        histories[on] = [{k: v for k, v in row.items() if k != "sec"} for row in train(cfg).history]
+    assert histories[True] == histories[False]
