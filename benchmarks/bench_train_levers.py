@@ -51,10 +51,10 @@ def variants(args) -> dict[str, dict]:
         "vision_no_grad": {"vision_no_grad": True},
         "lora_no_input_cast": {"lora_no_input_cast": True},
         f"checkpoint_skip_last={args.skip_last}": {"checkpoint_skip_last": args.skip_last},
-        f"length_chunks={args.chunks}": {"length_chunks": args.chunks},
+        **{f"length_chunks={k}": {"length_chunks": k} for k in args.chunks},
         f"compile_layers ({args.compile_backend})": {"compile_layers": True, "compile_backend": args.compile_backend},
         "bit-equal levers together": exact,
-        "all levers": {**exact, "lora_no_input_cast": True, "length_chunks": args.chunks, "compile_layers": True,
+        "all levers": {**exact, "lora_no_input_cast": True, "length_chunks": max(args.chunks), "compile_layers": True,
                        "compile_backend": args.compile_backend},
         "baseline (again)": {},
     }  # fmt: skip
@@ -275,7 +275,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--skip-last", type=int, default=1)
-    parser.add_argument("--chunks", type=int, default=2)
+    parser.add_argument(
+        "--chunks",
+        type=int,
+        nargs="+",
+        default=[2],
+        help="length_chunks values (= --images: no padding at all)",
+    )
     parser.add_argument("--compile-backend", default=None, help="default: inductor on cuda, aot_eager on cpu")
     parser.add_argument("--only", nargs="*", help="variant names to run (baseline always runs)")
     parser.add_argument(

@@ -199,3 +199,32 @@ def test_bit_equal_levers_train_the_same_through_the_loop(tiny_config, tmp_path)
             cfg.speed.vision_no_grad, cfg.speed.checkpoint_skip_last = True, 1
         histories[on] = [{k: v for k, v in row.items() if k != "sec"} for row in train(cfg).history]
     assert histories[True] == histories[False]
+
+
+def test_single_row_sub_batches_reach_attention_without_a_mask(tiny_base, batch, monkeypatch):
+    """length_chunks = rows: no padding, so transformers passes SDPA no mask and is_causal, the
+    form its flash kernel takes (a padded batch needs an explicit mask)."""
+    import torch.nn.functional as F
+
+    calls = []
+    sdpa = F.scaled_dot_product_attention
+
+    def spy(q, k, v, attn_mask=None, *args, **kwargs):
+        calls.append((q.shape[-2], attn_mask is None, kwargs.get("is_causal")))
+        return sdpa(q, k, v, attn_mask, *args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    rows = batch["img_input_ids"].shape[0]
+    for chunks, masked in ((1, True), (rows, False)):
+        retriever, _ = _retriever(
+            _config(tiny_base, {"length_chunks": chunks}), tiny_base, checkpointing=False
+        )
+        calls.clear()
+        with torch.no_grad():
+            retriever.encode_images(
+                batch["img_input_ids"], batch["img_attention_mask"], batch["pixel_values"],
+                batch["image_sizes"], batch["img_slot_lens"],
+            )  # fmt: skip
+        shortest = int(batch["img_attention_mask"].sum(dim=1).min())  # CLIP's tile sequences are shorter
+        decoder = {(no_mask, causal) for length, no_mask, causal in calls if length >= shortest}
+        assert decoder == ({(False, False)} if masked else {(True, True)})
