@@ -74,7 +74,9 @@ def build_retriever(
     return assemble_retriever(cfg, model, processor, device, checkpointing=checkpointing)
 
 
-def assemble_retriever(cfg: TrainConfig, model, processor, device: torch.device, *, checkpointing: bool = False):
+def assemble_retriever(
+    cfg: TrainConfig, model, processor, device: torch.device, *, checkpointing: bool = False
+):
     """Lens tokens, checkpointing, LoRA and speed levers on a loaded (or randomly built) base model.
 
     Returns (LensRetriever on device, processor, TokenIds); `build_retriever` loads the base first.
