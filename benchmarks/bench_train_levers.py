@@ -238,6 +238,8 @@ def report(args, rows: dict, batches: list, device: torch.device) -> str:
         len(b["txt_lens"]) for b in batches
     )
     base = rows["baseline"]
+    if "error" in base:
+        return f"baseline failed: {base['error']}\n"
     lines = [
         f"bench_train_levers.py --device {args.device} --size {args.size} --images {args.images}: "
         f"{machine(device)}, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; {args.steps} timed micro-batches "
@@ -338,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         table = report(args, rows, batches, device)
         table += (
             f"\nWhole loss (Eqs. 4-10), forward + backward, {n_img} images x {n_txt} captions gathered, d={hidden}, "
-            f"16 image slots: {loss_sec:.3f} s ({loss_sec / rows['baseline']['sec']:.3f} of a baseline micro-batch "
+            f"16 image slots: {loss_sec:.3f} s ({loss_sec / rows['baseline'].get('sec', float('nan')):.3f} of a baseline micro-batch "
             "above; on one rank of the recipe the loss sees this whole gathered batch)\n"
         )
     print(table)

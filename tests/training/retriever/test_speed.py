@@ -228,3 +228,27 @@ def test_single_row_sub_batches_reach_attention_without_a_mask(tiny_base, batch,
         shortest = int(batch["img_attention_mask"].sum(dim=1).min())  # CLIP's tile sequences are shorter
         decoder = {(no_mask, causal) for length, no_mask, causal in calls if length >= shortest}
         assert decoder == ({(False, False)} if masked else {(True, True)})
+
+
+def test_assemble_retriever_takes_a_randomly_built_base_with_levers(tiny_base, batch):
+    """The path of the GPU benchmark (and a rehearsal): config only, random weights, no weight file."""
+    import copy
+
+    from transformers import AutoConfig, AutoProcessor, LlavaNextForConditionalGeneration
+
+    from training.retriever.build import assemble_retriever
+
+    cfg = _config(tiny_base, {"vision_no_grad": True, "length_chunks": 2})
+    processor = AutoProcessor.from_pretrained(str(tiny_base))  # assemble_retriever adds the lens tokens
+    model = LlavaNextForConditionalGeneration._from_config(
+        copy.deepcopy(AutoConfig.from_pretrained(tiny_base))
+    )
+    retriever, _, ids = assemble_retriever(cfg, model, processor, torch.device("cpu"), checkpointing=True)
+    assert retriever.length_chunks == 2 and ids.prompt == processor.tokenizer.convert_tokens_to_ids(
+        "<PROMPT>"
+    )
+    out = retriever.train()(batch)
+    out["total"].backward()
+    assert torch.isfinite(out["total"]) and not any(
+        p.grad is not None for n, p in retriever.named_parameters() if "vision_tower" in n
+    )
