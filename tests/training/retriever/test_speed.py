@@ -252,3 +252,22 @@ def test_assemble_retriever_takes_a_randomly_built_base_with_levers(tiny_base, b
     assert torch.isfinite(out["total"]) and not any(
         p.grad is not None for n, p in retriever.named_parameters() if "vision_tower" in n
     )
+
+
+def test_length_chunks_keep_global_mode_and_unlabelled_captions(tiny_base, batch):
+    """Global-only baseline (no slots) and inference captions (all five lenses active)."""
+    outs = {}
+    for n in (1, 3):
+        cfg = _config(tiny_base, {"length_chunks": n})
+        cfg.loss.mode = "global"
+        retriever, _ = _retriever(cfg, tiny_base, checkpointing=False)
+        outs[n] = _loss_and_grads(retriever, batch)[0]
+        lens_cfg = _config(tiny_base, {"length_chunks": n})
+        with torch.no_grad():
+            emb = _retriever(lens_cfg, tiny_base, checkpointing=False)[0].encode_captions(
+                batch["txt_input_ids"], batch["txt_attention_mask"]
+            )
+        outs[n]["slots"], outs[n]["slot_lens"] = emb.slots, emb.slot_lens
+    assert outs[3]["total"] == pytest.approx(outs[1]["total"], rel=1e-5)
+    torch.testing.assert_close(outs[3]["slots"], outs[1]["slots"], rtol=1e-5, atol=1e-6)
+    assert torch.equal(outs[3]["slot_lens"], outs[1]["slot_lens"]) and bool((outs[1]["slot_lens"] >= 0).all())
