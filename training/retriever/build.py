@@ -15,6 +15,7 @@ import torch
 
 from training.retriever.config import LoraSection, TrainConfig
 from training.retriever.model import LensRetriever, TokenIds, add_lens_tokens
+from training.retriever.speed import apply_speed_levers
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +90,10 @@ def assemble_retriever(
     for param in net.parameters():  # trainable weights stay fp32 (mixed precision via autocast)
         if param.requires_grad:
             param.data = param.data.float()
+    apply_speed_levers(net, cfg.speed)  # after peft: its hooks and casts are what they undo
     retriever = LensRetriever(net, ids, cfg.loss).to(device)
     retriever.compute_dtype = dtype
+    retriever.length_chunks = cfg.speed.length_chunks
     n_train = sum(p.numel() for p in retriever.parameters() if p.requires_grad)
     n_all = sum(p.numel() for p in retriever.parameters())
     log.info(

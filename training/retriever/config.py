@@ -144,6 +144,33 @@ class RunConfig(_Section):
     resume: bool = True
 
 
+class SpeedConfig(_Section):
+    """Training-step speed levers (training.retriever.speed). Off = the measured baseline step;
+    each lever keeps the recipe (same loss and gradients, tested at tiny size on the CPU)."""
+
+    vision_no_grad: bool = Field(
+        default=False,
+        description="Run the frozen CLIP tower without an autograd graph (with checkpointing on, "
+        "peft's input-grad hook otherwise makes it recompute and backpropagate the whole tower)",
+    )
+    lora_no_input_cast: bool = Field(
+        default=False,
+        description="Under bf16 autocast, feed LoRA branches their bf16 input instead of peft's "
+        "fp32 copy (autocast casts it back to bf16 for the matmul anyway)",
+    )
+    checkpoint_skip_last: int = Field(
+        default=0, ge=0, description="Last N decoder layers run without activation checkpointing"
+    )
+    length_chunks: int = Field(
+        default=1,
+        ge=1,
+        description="Each encoder forward in this many length-sorted sub-batches, each padded only "
+        "to its own longest row (the loss still sees the whole micro-batch)",
+    )
+    compile_layers: bool = Field(default=False, description="torch.compile each decoder layer")
+    compile_backend: str = Field(default="inductor", description="torch.compile backend for compile_layers")
+
+
 class TrainConfig(_Section):
     model: ModelConfig = Field(default_factory=ModelConfig)
     lora: LoraSection = Field(default_factory=LoraSection)
@@ -151,6 +178,7 @@ class TrainConfig(_Section):
     loss: LossConfig = Field(default_factory=LossConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     run: RunConfig = Field(default_factory=RunConfig)
+    speed: SpeedConfig = Field(default_factory=SpeedConfig)
 
 
 def _resolve(path: str | Path) -> Path:

@@ -139,6 +139,7 @@ class LensRetriever(nn.Module):
         self.loss_cfg = loss
         self.gather = gather  # cross-rank gather of embeddings (training.loop.dist), identity on one process
         self.compute_dtype = torch.float32  # bf16: backbone runs under autocast (frozen bf16, trainable fp32)
+        self.length_chunks = 1  # speed.length_chunks: sub-batches per encoder forward
 
     @property
     def lens_mode(self) -> bool:
@@ -156,6 +157,44 @@ class LensRetriever(nn.Module):
 
     def encode_images(self, input_ids, attention_mask, pixel_values, image_sizes, slot_lens) -> Embeddings:
         """slot_lens [B, S]: lens of each `<PROMPT>` in order, -1 padding after the active ones."""
+        return self._in_length_chunks(
+            self._encode_image_rows, attention_mask, input_ids, pixel_values, image_sizes, slot_lens
+        )
+
+    def encode_captions(
+        self, input_ids, attention_mask, lens_labels: torch.Tensor | None = None
+    ) -> Embeddings:
+        return self._in_length_chunks(self._encode_caption_rows, attention_mask, input_ids, lens_labels)
+
+    def _in_length_chunks(self, encode: Callable, attention_mask, input_ids, *row_args) -> Embeddings:
+        """`encode(input_ids, attention_mask, *row_args)` over length-sorted sub-batches.
+
+        speed.length_chunks > 1: rows are sorted by length and split; each sub-batch is cut to its
+        longest row when the padding is on the right (a causal model's real tokens never see
+        right padding, so their states do not change). Results return in the input order.
+        """
+        if self.length_chunks <= 1 or input_ids.shape[0] <= 1:
+            return encode(input_ids, attention_mask, *row_args)
+        lengths = attention_mask.sum(dim=1)
+        order = lengths.argsort(descending=True, stable=True)
+        parts = []
+        for rows in order.chunk(self.length_chunks):
+            mask = attention_mask[rows]
+            width = int(lengths[rows].max())
+            if bool(mask[:, width:].any()):  # not right-padded: keep the full width
+                width = mask.shape[1]
+            args = [a[rows] if isinstance(a, torch.Tensor) else a for a in row_args]
+            parts.append(encode(input_ids[rows, :width], mask[:, :width], *args))
+        restore = order.argsort()
+        return Embeddings(
+            torch.cat([p.slots for p in parts])[restore],
+            torch.cat([p.slot_lens for p in parts])[restore],
+            torch.cat([p.global_ for p in parts])[restore],
+        )
+
+    def _encode_image_rows(
+        self, input_ids, attention_mask, pixel_values, image_sizes, slot_lens
+    ) -> Embeddings:
         hidden = self._hidden(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -169,9 +208,7 @@ class LensRetriever(nn.Module):
             )
         return Embeddings(slots.float(), slot_lens, last_token_states(hidden, attention_mask).float())
 
-    def encode_captions(
-        self, input_ids, attention_mask, lens_labels: torch.Tensor | None = None
-    ) -> Embeddings:
+    def _encode_caption_rows(self, input_ids, attention_mask, lens_labels) -> Embeddings:
         hidden = self._hidden(input_ids=input_ids, attention_mask=attention_mask)
         n = input_ids.shape[0]
         if not self.lens_mode:
