@@ -20,6 +20,7 @@ from lenses_data.models.types import (
     ModelServiceError,
     SystemicFailure,
 )
+from lenses_data.publish.yields import YieldOutOfBand
 from lenses_data.runlock import RunDirectoryInUse
 
 T = TypeVar("T")
@@ -99,6 +100,8 @@ def _kind(error: BaseException) -> str:
         return "model role's answers unusable for most of a shard (nothing rejected)"
     if isinstance(error, ModelServiceError):
         return "model endpoint cannot do the work"
+    if isinstance(error, YieldOutOfBand):
+        return "built, but a stage's yield is absurd (the dataset is written; nothing handed off)"
     return type(error).__name__
 
 
