@@ -42,7 +42,9 @@ class YieldBreach:
             if self.band.max_rejected is not None and low > self.band.max_rejected
             else f"at least {self.band.min_rejected or 0:.1%}"
         )
-        reasons = ", ".join(f"{reason} {count}" for reason, count in _by_count(self.reasons)) or "none recorded"
+        reasons = (
+            ", ".join(f"{reason} {count}" for reason, count in _by_count(self.reasons)) or "none recorded"
+        )
         return (
             f"stage {self.stage} rejected {self.rejected} of {self.records_in} records ({self.share:.1%}; "
             f"{low:.1%}-{high:.1%} allowing for sampling noise), outside its band ({limit} rejected); "
