@@ -22,7 +22,6 @@ from lenses_data.stages import validate as validate_stage
 from lenses_data.stages.visual_validate import VISUAL_VALIDATOR
 
 IMAGE_STAND_IN = "lenses-check-image"  # replaced by the probe's own image
-KINDS = ("caption", "prompt")
 
 
 def texts_per_batch(config: PipelineConfig) -> int:
@@ -49,17 +48,17 @@ def _rows(kind: str, count: int) -> list[dict[str, Any]]:
 def representative_requests(config: PipelineConfig) -> dict[str, list[tuple[str, ModelRequest]]]:
     """Role -> (what the request is, the request) for each kind of request the role serves."""
     row = {"image_id": "check", "path": IMAGE_STAND_IN}
-    batch = texts_per_batch(config)
+    batch, kinds = texts_per_batch(config), config.annotate.kinds  # only the kinds the build makes
     out: dict[str, list[tuple[str, ModelRequest]]] = {
         "filter": [("filter request", filter_stage.build_request(row))],
         "generator": [
             (f"{kind} generation", generate_stage.build_request(row, kind, 0, config.annotate))
-            for kind in KINDS
+            for kind in kinds
         ],
         "validator": [],
         "visual_validator": [],
     }
-    for kind in KINDS:
+    for kind in kinds:
         rows = _rows(kind, batch)
         label = f"{kind} batch of {batch} texts"
         out["validator"].append((label, validate_stage.build_request(rows, validate_stage.TEXT_VALIDATOR)))

@@ -70,6 +70,43 @@ def test_lenses_check_reports_ok_for_every_capability_a_role_needs(vllm_internvl
     # The one-tile setting in this format's name (max_patches) takes effect: fewer prompt tokens.
     assert "take effect" in rows[("filter", "image")][1]
     assert "came from the prefix cache" in rows[("validator", "prefix")][1]
+    for role in needs:  # the role's real requests, measured by vLLM, fit the 4096 tokens served
+        status, detail = rows[(role, "context")]
+        assert status == "ok" and "of the 4096 tokens served" in detail, f"{role} context: {detail}"
+
+
+def test_lenses_check_fails_a_validator_whose_requests_vllm_refuses(vllm_internvl, vllm_validator, tmp_path):
+    """The context line's arithmetic is vLLM's: at the boundary it measures, vLLM answers; one
+    token of max_tokens past it, vLLM refuses the request and the check fails."""
+    import re
+
+    from lenses_data.config import load_config
+    from lenses_data.models.messages import build_messages
+    from lenses_data.stages.sample_requests import representative_requests
+
+    def check(max_tokens: int) -> tuple[int, str]:
+        override = {"models": {"validator": {"sampling": {"max_tokens": max_tokens}}}}
+        config = write_config(tmp_path, vllm_internvl, vllm_validator, override)
+        done = _lenses("check", "--config", str(config), "--role", "validator", timeout=900)
+        return done.returncode, " ".join(_check_rows(done.stdout)[("validator", "context")])
+
+    code, line = check(16)
+    found = re.search(r"\((\w+) batch of \d+ texts\) needs (\d+) prompt tokens", line)
+    assert code == 0 and found, line
+    kind, prompt = found.group(1), int(found.group(2))
+    room = 4096 - prompt
+    code, line = check(room + 1)
+    assert code == 1 and line.startswith("fail") and f"at most {room}," in line, line
+
+    config = load_config(str(write_config(tmp_path, vllm_internvl, vllm_validator)))
+    [request] = [r for label, r in representative_requests(config)["validator"] if label.startswith(kind)]
+    messages = build_messages(request, None)
+    for max_tokens, status in ((room, 200), (room + 1, 400)):
+        # The length check comes before any decoding; a stop at the first space keeps the answer short.
+        body = {"model": vllm_validator.served_model_name, "messages": messages, "max_tokens": max_tokens}
+        body["stop"] = [" "]
+        answer = httpx.post(f"{vllm_validator.base_url}/chat/completions", json=body, timeout=600)
+        assert answer.status_code == status, (max_tokens, answer.text[:500])
 
 
 def test_a_whole_build_on_real_vllm_accounts_for_every_record(vllm_internvl, vllm_validator, tmp_path):
