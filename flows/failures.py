@@ -31,6 +31,7 @@ PERMANENT: tuple[type[BaseException], ...] = (
     RunDirectoryInUse,
     CapabilityMissing,
     SystemicFailure,  # the same request to the same server fails the same way
+    YieldOutOfBand,  # the same funnel on every attempt
     ValueError,  # also pydantic's ValidationError and the stages' "no sources"
     TypeError,
     LookupError,
