@@ -1,8 +1,11 @@
 """Will a role's real requests fit the context its server serves? (`lenses check`'s `context` line)
 
-vLLM refuses (HTTP 400) any request whose prompt plus `max_tokens` exceeds the model's
+vLLM 0.10.1.1 refuses (HTTP 400) any request whose prompt plus `max_tokens` exceeds the model's
 `max_model_len`, on every attempt: a validator served with 2,048 tokens, asked for 1,024 new tokens
-after a ~1,100-token prompt, refused every request of a real build while the probe said ok. So the
+after a ~1,100-token prompt, refused every request of a real build while the probe said ok. vLLM
+0.32 accepts such a request and cuts `max_tokens` to the room left (`get_max_tokens`; measured in
+tests/realvllm), so an answer longer than that comes back cut. Either way the configured answer
+length does not fit, and the check fails. So the
 probe sends the role's representative requests (the stages' own templates and batches, built by
 `lenses_data.stages.sample_requests`) with `max_tokens` 1, reads the prompt tokens the server
 counted (its tokenizer, its chat template, its image tokens) and adds the configured `max_tokens`.
@@ -69,6 +72,7 @@ def _verdict(prober: Prober, prompt: int, label: str, context: int) -> Check:
         "context",
         "fail",
         f"the largest request ({label}) needs {sums} > the {context} tokens of context served{note}: the "
-        f"server refuses every such request. {fix} (vLLM --max-model-len; "
+        f"server refuses every such request (vLLM 0.10.1.1) or cuts its answer short (0.32). {fix} "
+        "(vLLM --max-model-len; "
         f"models.{prober.name}.serve.max_model_len for `lenses serve`)",
     )
