@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "batch of 7 long texts per kind, image roles a 4:3 image, InternVL's largest tile grid) are sent "
         "with max_tokens 1: the prompt tokens the server counts plus the role's configured max_tokens "
         "must fit the context it serves (max_model_len in /v1/models), or the line reads fail with the "
-        "numbers, since the server would refuse every such request. "
+        "numbers (vLLM 0.10.1.1 refuses every such request; 0.32 cuts its answer short). "
         "Exits 1 when a role cannot work, so it can gate a run.",
     )
     parser.add_argument("--config", help="pipeline YAML config (default: built-in defaults)")
