@@ -102,6 +102,21 @@ def build_dataset(
         return run_explained(body)
 
 
+def judge_yields(config: PipelineConfig, result: dict[str, Any]) -> None:
+    """Raise `YieldOutOfBand` when a stage of the funnel left its `yields` band, unless accepted
+    (then the breaches are logged and recorded in the result as `accepted_yields`)."""
+    from lenses_data.publish.yields import YieldOutOfBand, out_of_band
+
+    breaches = out_of_band(result["stages"], config.yields)
+    if not breaches:
+        return
+    if not config.yields.accept:
+        raise YieldOutOfBand(breaches, result)
+    result["accepted_yields"] = [breach.describe() for breach in breaches]
+    for line in result["accepted_yields"]:
+        get_run_logger().warning("accepted (yields.accept): %s", line)
+
+
 def _build(
     config: PipelineConfig, simulate: bool, stop_after: str | None, train_deployment: str | None
 ) -> dict[str, Any]:
@@ -115,6 +130,7 @@ def _build(
     else:
         summaries = run_all_stages(config, stop_after)
     result: dict[str, Any] = {"run_dir": config.run_dir, "stages": summaries, "simulated": simulate}
+    judge_yields(config, result)  # before any hand-off: never train on a funnel that emptied out
     export_dir = str(Path(config.run_dir) / "export")
     deployment = train_deployment or config.orchestration.train_deployment
     if deployment and stop_after in (None, "export"):

@@ -21,6 +21,7 @@ from lenses_data.models.types import (
     ModelServiceError,
     SystemicFailure,
 )
+from lenses_data.publish.yields import YieldOutOfBand
 from lenses_data.runlock import RunDirectoryInUse
 
 T = TypeVar("T")
@@ -31,6 +32,7 @@ PERMANENT: tuple[type[BaseException], ...] = (
     RunDirectoryInUse,
     CapabilityMissing,
     SystemicFailure,  # the same request to the same server fails the same way
+    YieldOutOfBand,  # the same funnel on every attempt
     ValueError,  # also pydantic's ValidationError and the stages' "no sources"
     TypeError,
     LookupError,
@@ -108,6 +110,8 @@ def _kind(error: BaseException) -> str:
         return "model role's answers unusable for most of a shard (nothing rejected)"
     if isinstance(error, ModelServiceError):
         return "model endpoint cannot do the work"
+    if isinstance(error, YieldOutOfBand):
+        return "built, but a stage's yield is absurd (the dataset is written; nothing handed off)"
     return type(error).__name__
 
 

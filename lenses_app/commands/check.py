@@ -1,9 +1,9 @@
 """`lenses check`: probe each model role's endpoint by hand, as a stage does before sending work.
 
 Prints one line per role and capability (model served, JSON-schema output, choice constraint,
-image input, prefix-cache use) with ok, fallback (the pipeline will use a workaround, or pay more)
-or fail. Exit codes: 0 every
-role can work, 1 some role cannot (or its endpoint is unreachable), 2 bad configuration.
+image input, prefix-cache use, context fit) with ok, fallback (the pipeline will use a workaround,
+or pay more) or fail. Exit codes: 0 every role can work, 1 some role cannot (or its endpoint is
+unreachable, or its real requests do not fit its served context), 2 bad configuration.
 """
 
 from __future__ import annotations
@@ -27,6 +27,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "served (cached_tokens). vLLM reports only hits, so a silent second answer is followed by a "
         "word-for-word repeat: a hit there means the second missed (fallback: the image is rendered "
         "before the instructions); no hit reads 'not measured' (caching or its reporting is off). "
+        "Last, the role's real requests (its templates rendered for a representative row: validators a "
+        "batch of 7 long texts per kind, image roles a 4:3 image, InternVL's largest tile grid) are sent "
+        "with max_tokens 1: the prompt tokens the server counts plus the role's configured max_tokens "
+        "must fit the context it serves (max_model_len in /v1/models), or the line reads fail with the "
+        "numbers (vLLM 0.10.1.1 refuses every such request; 0.32 cuts its answer short). "
         "Exits 1 when a role cannot work, so it can gate a run.",
     )
     parser.add_argument("--config", help="pipeline YAML config (default: built-in defaults)")
@@ -72,6 +77,7 @@ def handle(args: argparse.Namespace) -> int:
 
     from lenses_data.config import ConfigError, load_config
     from lenses_data.models.probe import check_roles
+    from lenses_data.stages.sample_requests import representative_requests
 
     try:
         config = load_config(args.config)
@@ -79,7 +85,7 @@ def handle(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     roles = [r.replace("-", "_") for r in (args.role or ROLE_NAMES)]
-    reports = check_roles(config.models, list(dict.fromkeys(roles)))
+    reports = check_roles(config.models, list(dict.fromkeys(roles)), representative_requests(config))
     print(format_table(reports))
     failed = [r for r in reports if not r.ok]
     for report in reports:

@@ -23,7 +23,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "A rerun of the same configuration resumes: finished shards and answered model calls are reused; "
         "a rerun whose settings change what a stage on disk produced stops with exit code 2. "
         "A terminal shows one progress line per stage, warnings and a final funnel (stage, in, out, "
-        "rejected); -v shows every log line; the full log goes to RUN/logs/run-*.log.",
+        "rejected); -v shows every log line; the full log goes to RUN/logs/run-*.log. "
+        "A stage whose rejection share leaves its band (config `yields`: e.g. validate discarding more "
+        "than a quarter of the texts, where the paper discards a few percent) ends the build with exit "
+        "code 5 and the reasons' counts; the dataset is still written. "
+        "Exit codes: 0 built; 2 bad configuration or changed settings; 3 run directory in use by a "
+        "live run; 4 model service failed (endpoint down or unable: a rerun resumes); 5 a stage's "
+        "yield left its band (unless accepted).",
     )
     parser.add_argument(
         "--config", help="YAML config (default: configs/sample.yaml with --sample, else defaults)"
@@ -43,6 +49,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--stop-after",
         choices=[name.replace("_", "-") for name in STAGES],
         help="stop after this stage, e.g. dedupe",
+    )
+    parser.add_argument(
+        "--accept-yield",
+        action="store_true",
+        help="accept a stage whose rejection share left its band (`yields.accept`): report it, exit 0",
     )
     parser.add_argument(
         "-v",
@@ -74,6 +85,7 @@ def handle(args: argparse.Namespace) -> int:
     from lenses_app.run_view import stage_view
     from lenses_data.config import ConfigError
     from lenses_data.models.types import ModelServiceError
+    from lenses_data.publish.yields import YIELD_EXIT, YieldOutOfBand
     from lenses_data.runlock import RunDirectoryInUse, ensure_run_directory_free
 
     config_path = args.config or (_default_sample_config() if args.sample else None)
@@ -84,9 +96,11 @@ def handle(args: argparse.Namespace) -> int:
         "simulate": args.sample or args.simulate,
         "stop_after": args.stop_after.replace("-", "_") if args.stop_after else None,
     }
+    if args.accept_yield:
+        params["overrides"] = {"yields": {"accept": True}}
     verbose = bool(getattr(args, "verbose", False))
     try:
-        run_dir = load_run_config(config_path, args.run_dir).run_dir
+        run_dir = load_run_config(config_path, args.run_dir, params.get("overrides")).run_dir
         ensure_run_directory_free(run_dir)
         view = stage_view(sys.stdout)
         with run_logging(run_dir, view, verbose) as log_path, view, observing(view):
@@ -100,12 +114,30 @@ def handle(args: argparse.Namespace) -> int:
     except ModelServiceError as error:  # an outage or a server lacking a feature: no traceback here
         print(f"error: {error}", file=sys.stderr)
         return MODEL_SERVICE_EXIT
-    if not verbose:  # Prefect's ephemeral server says goodbye at exit; the log file already has the run
+    except YieldOutOfBand as error:  # built, but suspect: the funnel, then why, then exit 5
+        _quiet_prefect(verbose)
+        _print_outcome(error.result, log_path)
+        for breach in error.breaches:
+            print(f"error: {breach.describe()}", file=sys.stderr)
+        print(
+            "error: the build's yield is out of band (config `yields`); look at the rejections, or accept "
+            "it with --accept-yield",
+            file=sys.stderr,
+        )
+        return YIELD_EXIT
+    _quiet_prefect(verbose)
+    _print_outcome(result, log_path)
+    for line in result.get("accepted_yields", ()):
+        print(f"warning: accepted: {line}", file=sys.stderr)
+    return 0
+
+
+def _quiet_prefect(verbose: bool) -> None:
+    """Prefect's ephemeral server says goodbye at exit; the log file already has the run."""
+    if not verbose:
         import logging
 
         logging.getLogger("prefect").setLevel(logging.WARNING)
-    _print_outcome(result, log_path)
-    return 0
 
 
 def _print_outcome(result: dict, log_path: Path) -> None:

@@ -62,6 +62,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="RATE",
         help="share of JSON answers cut mid-document with finish_reason length (as a small max_tokens does)",
     )
+    faults.add_argument(
+        "--garble-validator-focus",
+        action="store_true",
+        help="Listing 4 answers rewrite every fixed Focus field: validate discards every text",
+    )
+    parser.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        help="served context: listed in /v1/models; prompt (words) + max_tokens over it is refused (400)",
+    )
     parser.add_argument(
         "--content",
         default="{}",
@@ -80,6 +91,7 @@ def handle(args: argparse.Namespace) -> int:
         ignore_choice=args.ignore_choice,
         reject_images=args.reject_images,
         truncate_json=args.truncate_json,
+        garble_validator_focus=args.garble_validator_focus,
     )
     config = SimConfig(
         seed=args.seed,
@@ -92,6 +104,7 @@ def handle(args: argparse.Namespace) -> int:
         faults_until_attempt=args.faults_until_attempt,
         content=json.loads(args.content),
         server_faults=server_faults,
+        max_model_len=args.max_model_len,
     )
     print(f"lenses simulator (SIMULATED answers) on http://{args.host}:{args.port}/v1", flush=True)
     serve(config, host=args.host, port=args.port)

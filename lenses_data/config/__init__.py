@@ -23,6 +23,7 @@ from lenses_data.config.merge import deep_merge
 from lenses_data.config.models import ModelsConfig
 from lenses_data.config.orchestration import OrchestrationConfig
 from lenses_data.config.simulator import SimulatorSettings
+from lenses_data.config.yields import YieldsConfig
 
 ENV_PREFIX = "LENSES__"
 
@@ -49,6 +50,7 @@ class PipelineConfig(BaseModel):
     export: ExportConfig = Field(default_factory=ExportConfig)
     orchestration: OrchestrationConfig = Field(default_factory=OrchestrationConfig)
     simulator: SimulatorSettings = Field(default_factory=SimulatorSettings)
+    yields: YieldsConfig = Field(default_factory=YieldsConfig)
 
 
 def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:

@@ -47,6 +47,15 @@ TABLE1: dict[str, dict[str, int]] = {
               "Abstract": 158_568, "Background": 119_686, "Emotional": 136_103},
 }  # fmt: skip
 
+# Main paper, Table 1 and Sec. 3.1: ~10% of ~1M candidates pass the filter -> 105,669 images,
+# split 99,069 / 1,100 / 5,500, with 732,405 captions (the plan's "paper" yields, the yield bands).
+PAPER = {
+    "candidates": 1_000_000,
+    "images": TABLE1["total"]["images"],
+    "test_images": TABLE1["test"]["images"],
+    "captions": TABLE1["total"]["captions"],
+}
+
 
 def table1_density(split: str = "total") -> float:
     """Captions per image of a Table 1 split (6.93 over the whole dataset)."""
@@ -103,6 +112,11 @@ class SimServerFaults(BaseModel):
         False, description="Ignore a structured choice (structured_outputs / guided_choice): free text"
     )
     reject_images: bool = Field(False, description="HTTP 500 on any request with an image part")
+    garble_validator_focus: bool = Field(
+        False,
+        description="Listing 4 (text validation) answers rewrite every item's fixed Focus field, as a model "
+        "seen on a real build did: validate discards every text (fixed_field_changed)",
+    )
     truncate_json: float = Field(
         0.0,
         ge=0,

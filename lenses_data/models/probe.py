@@ -22,8 +22,9 @@ from lenses_data.config.models import RetryConfig, RoleConfig, choice_field
 from lenses_data.models import types as codes
 from lenses_data.models.dialect import ServerInfo, listed_context, server_version
 from lenses_data.models.endpoints import Endpoint, backoff_delay, classify_error
+from lenses_data.models.probe_context import check_context
 from lenses_data.models.probe_requests import Check, Prober, unavailable
-from lenses_data.models.types import CapabilityMissing, EndpointUnavailable
+from lenses_data.models.types import CapabilityMissing, EndpointUnavailable, ModelRequest
 
 log = logging.getLogger("lenses_data.models.probe")
 
@@ -115,14 +116,20 @@ async def probe_role(
     json_mode: str,
     choice_style: str,
     down_wait_s: float = 0.0,
+    samples: list[tuple[str, ModelRequest]] | None = None,
 ) -> ProbeReport:
     """Check what `needs` asks of the role's endpoints; the report holds the modes to use. With
-    `down_wait_s`, a role whose every endpoint is down is waited for that long first."""
+    `down_wait_s`, a role whose every endpoint is down is waited for that long first. `samples`
+    (`lenses check`): the role's representative requests, whose prompt plus `max_tokens` must fit
+    the served context (lenses_data.models.probe_context)."""
     urls = tuple(e.url for e in endpoints)
     endpoint, entries = await _listing(name, endpoints, retry, down_wait_s)
     served = [str(m.id) for m in entries]
     simulated = any(m.startswith(codes.SIMULATED_MODEL_PREFIX) for m in served)
-    info = ServerInfo(await server_version(endpoint.url), listed_context(entries, role.model))
+    context = listed_context(entries, role.model) or listed_context(
+        entries, codes.SIMULATED_MODEL_PREFIX + role.model
+    )
+    info = ServerInfo(await server_version(endpoint.url), context)
     if role.structured_outputs == "auto" and info.version:  # the release decides, not the pin
         choice_style = choice_field("auto", info.version)
     report = ProbeReport(name, urls, role.model, json_mode, choice_style, simulated, server=info)
@@ -139,6 +146,8 @@ async def probe_role(
         report.checks.append(await prober.check_image())
     if "prefix" in needs:  # `lenses check` only: two more requests
         report.checks.append(await prober.check_prefix(with_image="image" in needs))
+    if samples:  # `lenses check` only: one request per kind of the role's real requests
+        report.checks.append(await check_context(prober, samples, report.json_mode, info.max_model_len))
     report.checks.insert(0, await _model_check(role.model, served, simulated, prober))
     report.checks.insert(0, _server_check(info, choice_style))
     return report
@@ -207,13 +216,18 @@ async def cached_probe(
     return report
 
 
-def check_roles(config: Any, roles: list[str]) -> list[ProbeReport]:
-    """`lenses check`: probe each role (fresh, uncached) for what the pipeline asks of it. An
+def check_roles(
+    config: Any, roles: list[str], samples: dict[str, list[tuple[str, ModelRequest]]] | None = None
+) -> list[ProbeReport]:
+    """`lenses check`: probe each role (fresh, uncached) for what the pipeline asks of it, and
+    whether its `samples` (role -> representative requests) fit its served context. An
     unreachable endpoint is reported as a failed `endpoint` check instead of raised."""
-    return asyncio.run(_check_roles(config, roles))
+    return asyncio.run(_check_roles(config, roles, samples or {}))
 
 
-async def _check_roles(config: Any, roles: list[str]) -> list[ProbeReport]:
+async def _check_roles(
+    config: Any, roles: list[str], samples: dict[str, list[tuple[str, ModelRequest]]]
+) -> list[ProbeReport]:
     from lenses_data.models.endpoints import make_endpoint
     from lenses_data.models.keys import resolve_api_key
     from lenses_data.models.messages import default_json_mode
@@ -233,7 +247,14 @@ async def _check_roles(config: Any, roles: list[str]) -> list[ProbeReport]:
         try:
             reports.append(
                 await probe_role(
-                    name, role, endpoints, config.retry, (*ROLE_NEEDS[name], "prefix"), json_mode, style
+                    name,
+                    role,
+                    endpoints,
+                    config.retry,
+                    (*ROLE_NEEDS[name], "prefix"),
+                    json_mode,
+                    style,
+                    samples=samples.get(name),
                 )
             )
         except EndpointUnavailable as error:

@@ -65,13 +65,18 @@ class Prober:
         self.simulated = False  # the lenses simulator answers (it does not model image tokens)
 
     async def ask(
-        self, content: Any, max_tokens: int = 96, extra_body: dict[str, Any] | None = None
+        self,
+        content: Any,
+        max_tokens: int = 96,
+        extra_body: dict[str, Any] | None = None,
+        messages: list[dict[str, Any]] | None = None,
     ) -> _Answer:
         """One request straight to the endpoint (no pool: its breaker must not bench it for a
-        refused feature), with the run's transport retries."""
+        refused feature), with the run's transport retries. `messages` replace the one user turn
+        of `content` (a role's real request, rendered)."""
         kwargs: dict[str, Any] = {
             "model": self.role.model,
-            "messages": [{"role": "user", "content": content}],
+            "messages": messages or [{"role": "user", "content": content}],
             "max_tokens": max_tokens,
             "temperature": 0.0,
             "extra_headers": {codes.KEY_HEADER: f"probe:{self.name}"},
@@ -211,7 +216,7 @@ class Prober:
         (a server that counts placeholders must agree with it)."""
         slot = self.role.image_placeholder
         parts: list[dict[str, Any]] = [{"type": "text", "text": slot}] if slot else []
-        url = _probe_image_uri(variant, (1344, 448) if wide else (32, 32))
+        url = probe_image_uri(variant, (1344, 448) if wide else (32, 32))
         return parts + [{"type": "image_url", "image_url": {"url": url}}]
 
     async def check_prefix(self, with_image: bool) -> Check:
@@ -282,7 +287,7 @@ def _is_json(content: str | None, strict: bool) -> bool:
     return isinstance(value, dict)
 
 
-def _probe_image_uri(variant: int = 0, size: tuple[int, int] = (32, 32)) -> str:
+def probe_image_uri(variant: int = 0, size: tuple[int, int] = (32, 32)) -> str:
     """A flat image; (1344, 448) is three 448 px InternVL tiles wide."""
     from PIL import Image
 

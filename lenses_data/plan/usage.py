@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from lenses_data import io
+from lenses_data.config.simulator import PAPER
 from lenses_data.models.journal import JournalEntry, read_run_journal
 from lenses_data.plan.schemas import Funnel, PlanError, StageStats
 
@@ -25,9 +26,6 @@ TEMPLATES = {
     "visual_validate": "visual_validation",
 }
 SIMULATED_PREFIX = "simulated/"
-# Main paper, Table 1 and Sec. 3.1: ~10% of ~1M candidates pass the filter -> 105,669 images,
-# split 99,069 / 1,100 / 5,500, with 732,405 captions.
-PAPER = {"candidates": 1_000_000, "images": 105_669, "test_images": 5_500, "captions": 732_405}
 
 
 def _template_words(name: str) -> int:

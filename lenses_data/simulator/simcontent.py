@@ -293,13 +293,23 @@ def answer_content(body: dict[str, Any], identity: str, config: Any, index: int 
     if listing in ("text_validation", "visual_validation") or (kind and isinstance(items, list)):
         kind = kind or _kind_of_items(items)
         visual = listing == "visual_validation" or (listing is None and has_image)
-        return simlenses.validate_items(items or [], kind, visual, config.seed, config.content)
+        answer = simlenses.validate_items(items or [], kind, visual, config.seed, config.content)
+        garble = config.server_faults.garble_validator_focus and not visual
+        return _garbled_focus(answer) if garble else answer
     if kind:
         key = image_key(body) or hashlib.sha256("|".join(texts).encode()).hexdigest()
         return simlenses.generate_items(kind, key, f"{identity}|{index}", config.seed, config.content)
     if schema:
         return schema_answer(schema, texts, rng)
     return sentence(rng, content_words(texts))
+
+
+def _garbled_focus(answer: str) -> str:
+    """A Listing 4 answer whose every fixed Focus field was rewritten (SimServerFaults)."""
+    items = json.loads(answer)
+    for item in items:
+        item["Focus"] = f"{item.get('Focus', '')} (rephrased)".strip()
+    return json.dumps(items, ensure_ascii=False)
 
 
 def _kind_of_items(items: Any) -> str:

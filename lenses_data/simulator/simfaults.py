@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
 from lenses_data.simulator.simcontent import request_choices, request_texts
 from lenses_data.simulator.simlenses import unit
@@ -64,3 +64,21 @@ class DroppedResponse(Response):
             {"type": "http.response.body", "body": self.body[: len(self.body) // 2], "more_body": True}
         )
         raise ConnectionAbortedError("simulated dropped connection")
+
+
+def context_refusal(max_model_len: int | None, body: dict[str, Any]) -> Response | None:
+    """HTTP 400 for a request whose prompt plus `max_tokens` exceeds the served context, worded as
+    vLLM words it (its serving layer checks this before anything is scheduled, on every attempt).
+    The prompt is counted as the simulator counts it: words of the first user turn."""
+    if not max_model_len:
+        return None
+    prompt = sum(len(text.split()) for text in request_texts(body)[0])
+    asked = int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
+    if prompt + asked <= max_model_len:
+        return None
+    message = (
+        f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+        f"{prompt + asked} tokens ({prompt} in the messages, {asked} in the completion). Please reduce "
+        "the length of the messages or completion."
+    )
+    return JSONResponse({"error": {"message": message, "type": "BadRequestError", "code": 400}}, 400)

@@ -47,6 +47,7 @@ from lenses_data.simulator.simcontent import answer_content, completion_payload,
 from lenses_data.simulator.simfaults import (
     SERVER_FAULT_ERRORS,
     DroppedResponse,
+    context_refusal,
     faulty_content,
     server_fault,
     truncated_json,
@@ -103,6 +104,12 @@ class SimConfig(BaseModel):
         description="Answer GET /version as this vLLM release and read only the constraint fields it "
         "reads (guided_choice before 0.11, structured_outputs from 0.11, no guided_* from 0.12); None: no "
         "/version route, every field read",
+    )
+    max_model_len: int | None = Field(
+        default=None,
+        gt=0,
+        description="Served context: listed per model in /v1/models, and a request whose prompt (words) "
+        "plus max_tokens exceeds it is refused with HTTP 400, as vLLM refuses it; None: unlimited, unlisted",
     )
     content: SimContentSettings = Field(default_factory=SimContentSettings)
     server_faults: SimServerFaults = Field(
@@ -215,8 +222,9 @@ def create_app(config: SimConfig | None = None) -> Starlette:
     state = SimState(config or SimConfig())
 
     async def models(_: Request) -> Response:
+        listed = {"max_model_len": state.config.max_model_len} if state.config.max_model_len else {}
         data = [
-            {"id": SIMULATED_MODEL_PREFIX + m, "object": "model", "owned_by": "lenses-simulator"}
+            {"id": SIMULATED_MODEL_PREFIX + m, "object": "model", "owned_by": "lenses-simulator", **listed}
             for m in state.config.models
         ]
         return JSONResponse({"object": "list", "data": data})
@@ -264,6 +272,9 @@ def create_app(config: SimConfig | None = None) -> Starlette:
     async def chat(request: Request) -> Response:
         raw = await request.body()
         body = release_view(json.loads(raw), state.config.vllm_version)
+        refused = context_refusal(state.config.max_model_len, body)
+        if refused is not None:  # before any counting, as vLLM refuses it before scheduling
+            return refused
         digest = hashlib.sha256(raw).hexdigest()
         identity = request_identity(body)
         state.calls[digest] = state.calls.get(digest, 0) + 1

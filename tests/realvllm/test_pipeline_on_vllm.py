@@ -70,6 +70,48 @@ def test_lenses_check_reports_ok_for_every_capability_a_role_needs(vllm_internvl
     # The one-tile setting in this format's name (max_patches) takes effect: fewer prompt tokens.
     assert "take effect" in rows[("filter", "image")][1]
     assert "came from the prefix cache" in rows[("validator", "prefix")][1]
+    for role in needs:  # the role's real requests, measured by vLLM, fit the 4096 tokens served
+        status, detail = rows[(role, "context")]
+        assert status == "ok" and "of the 4096 tokens served" in detail, f"{role} context: {detail}"
+
+
+def test_lenses_check_counts_the_prompt_as_vllm_does_and_fails_past_the_context(
+    vllm_internvl, vllm_validator, tmp_path
+):
+    """The context line's prompt count is vLLM's own for the stage's real request; one token of
+    max_tokens past the room it leaves, the check fails. (vLLM 0.32 does not refuse that request, as
+    0.10.1.1 did: it cuts max_tokens to the room left, `get_max_tokens`, so long answers come back cut.)"""
+    import re
+
+    from lenses_data.config import load_config
+    from lenses_data.models.messages import build_messages
+    from lenses_data.stages.sample_requests import representative_requests
+
+    def check(max_tokens: int) -> tuple[int, str]:
+        override = {"models": {"validator": {"sampling": {"max_tokens": max_tokens}}}}
+        config = write_config(tmp_path, vllm_internvl, vllm_validator, override)
+        done = _lenses("check", "--config", str(config), "--role", "validator", timeout=900)
+        return done.returncode, " ".join(_check_rows(done.stdout)[("validator", "context")])
+
+    code, line = check(16)
+    found = re.search(r"\((\w+) batch of \d+ texts\) needs (\d+) prompt tokens", line)
+    assert code == 0 and found, line
+    kind, prompt = found.group(1), int(found.group(2))
+    room = 4096 - prompt
+    code, line = check(room + 1)
+    assert code == 1 and line.startswith("fail") and f"at most {room}," in line, line
+
+    config = load_config(str(write_config(tmp_path, vllm_internvl, vllm_validator)))
+    [request] = [r for label, r in representative_requests(config)["validator"] if label.startswith(kind)]
+    # The stage's request one token past the room: 0.32 answers it (max_tokens cut), counting the
+    # prompt as the check did. A stop at the first space keeps the answer short.
+    body = {"model": vllm_validator.served_model_name, "messages": build_messages(request, None)}
+    answer = httpx.post(
+        f"{vllm_validator.base_url}/chat/completions",
+        json={**body, "max_tokens": room + 1, "stop": [" "]},
+        timeout=600,
+    )
+    assert answer.status_code == 200 and answer.json()["usage"]["prompt_tokens"] == prompt, answer.text[:500]
 
 
 def test_a_whole_build_on_real_vllm_accounts_for_every_record(vllm_internvl, vllm_validator, tmp_path):

@@ -1,0 +1,67 @@
+"""One representative request per model role and kind, built by the stages' own request builders,
+so `lenses check` can measure what a role's real requests cost in prompt tokens (its instructions,
+the items, the image) and compare that plus `max_tokens` with the context the server serves.
+
+The rows are made up but shaped as a build's are: the validators get one batch per kind of as many
+texts as Table 1 has per image (6.93, so 7; capped by `annotate.validation_batch_size`), each as
+long as its listing allows. Image requests carry a stand-in path: the probe sends its own image.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from lenses_data.config import PipelineConfig
+from lenses_data.config.simulator import LISTING_WORD_RANGE, table1_density
+from lenses_data.models.types import ModelRequest
+from lenses_data.schemas import LENS_NAMES
+from lenses_data.stages import filter as filter_stage
+from lenses_data.stages import generate as generate_stage
+from lenses_data.stages import validate as validate_stage
+from lenses_data.stages.visual_validate import VISUAL_VALIDATOR
+
+IMAGE_STAND_IN = "lenses-check-image"  # replaced by the probe's own image
+
+
+def texts_per_batch(config: PipelineConfig) -> int:
+    """Texts in a representative validator request: Table 1's texts per image, rounded up."""
+    return min(math.ceil(table1_density()), config.annotate.validation_batch_size)
+
+
+def _rows(kind: str, count: int) -> list[dict[str, Any]]:
+    words = LISTING_WORD_RANGE[kind][1]  # as long as the listing allows
+    text = " ".join(["lighthouse"] * (words - 1) + ["dusk."])
+    return [
+        {
+            "text_id": f"check-{kind}-{i}",
+            "image_id": "check",
+            "kind": kind,
+            "lens": LENS_NAMES[i % len(LENS_NAMES)],
+            "text": text,
+            "focus": "the lighthouse beam at dusk",
+        }
+        for i in range(count)
+    ]
+
+
+def representative_requests(config: PipelineConfig) -> dict[str, list[tuple[str, ModelRequest]]]:
+    """Role -> (what the request is, the request) for each kind of request the role serves."""
+    row = {"image_id": "check", "path": IMAGE_STAND_IN}
+    batch, kinds = texts_per_batch(config), config.annotate.kinds  # only the kinds the build makes
+    out: dict[str, list[tuple[str, ModelRequest]]] = {
+        "filter": [("filter request", filter_stage.build_request(row))],
+        "generator": [
+            (f"{kind} generation", generate_stage.build_request(row, kind, 0, config.annotate))
+            for kind in kinds
+        ],
+        "validator": [],
+        "visual_validator": [],
+    }
+    for kind in kinds:
+        rows = _rows(kind, batch)
+        label = f"{kind} batch of {batch} texts"
+        out["validator"].append((label, validate_stage.build_request(rows, validate_stage.TEXT_VALIDATOR)))
+        visual = validate_stage.build_request(rows, VISUAL_VALIDATOR, IMAGE_STAND_IN)
+        out["visual_validator"].append((label, visual))
+    return out
