@@ -52,6 +52,7 @@ def _models_config(path: str | None):
 
 
 def handle(args: argparse.Namespace) -> int:
+    from lenses_data.models.dialect import json_layout
     from lenses_data.models.serve import check_with_vllm_parser, installed_version, plan_replicas
 
     config = _models_config(args.config)
@@ -74,6 +75,7 @@ def handle(args: argparse.Namespace) -> int:
     options = ServeOptions(host, args.vllm_python, version, key, source)
     replicas = plan_replicas(config, args.role, args.gpus, args.first_gpu, args.docker, options)
     print(f"# vLLM {version} for role {args.role}: {role.model}, {len(replicas)} replica(s)")
+    print(f"# constrained JSON on this release: {json_layout(version, role.serve.compact_json)}")
     for replica in replicas:
         print(replica.shell())
     urls = ", ".join(f'"{r.base_url}"' for r in replicas)
