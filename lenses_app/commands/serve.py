@@ -11,6 +11,8 @@ ROLE_CHOICES = ("filter", "generator", "validator", "visual_validator")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from lenses_data.config.models import VLLM_VERSION
+
     parser = subparsers.add_parser(
         "serve",
         help="launch vLLM for a model role and wait until it is healthy",
@@ -23,7 +25,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--config", help="pipeline YAML config (default: built-in defaults)")
     parser.add_argument("--gpus", type=int, default=1, help="GPUs on this node to use (default 1)")
     parser.add_argument("--first-gpu", type=int, default=0, help="index of the first GPU to use")
-    parser.add_argument("--docker", action="store_true", help="run the pinned vllm/vllm-openai image")
+    parser.add_argument(
+        "--docker",
+        action="store_true",
+        help=f"run the pinned image (models.vllm_image; default vllm/vllm-openai:v{VLLM_VERSION})",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the commands and the endpoints only")
     parser.add_argument("--health-timeout", type=float, default=1800.0, help="seconds to wait for health")
     parser.add_argument(

@@ -92,3 +92,12 @@ def test_json_layout_claims_compact_only_where_the_release_gives_it(
     release: str, compact: bool, says: str
 ) -> None:
     assert says in json_layout(release, compact)
+
+
+def test_lenses_plan_has_figures_for_every_production_model() -> None:
+    from lenses_data.plan.throughput import load_table
+
+    models = load_config(PRODUCTION, environ={}).models
+    table = load_table()
+    for role in ("filter", "generator", "validator", "visual_validator"):
+        assert models.role(role).model in table.models, models.role(role).model
