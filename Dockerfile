@@ -5,13 +5,14 @@
 #   docker build --target pipeline -t lenses-pipeline:0.1.0 .
 #       the pipeline package; runs a Prefect worker or any `lenses` command
 #   docker build --target serving  -t lenses-serving:0.1.0 .
-#       the official vLLM image at the pinned version plus `lenses serve`, which builds the
-#       `vllm serve` command for a role (filter, generator, validator, visual_validator)
+#       the official vLLM image at the pinned release (ModelsConfig.vllm_image, the release that
+#       tests/realvllm serves) plus `lenses serve`, which builds the `vllm serve` command for a role
+#       (filter, generator, validator, visual_validator)
 #
 # vLLM lives only in the serving image: its torch/transformers pins clash with the pipeline's.
 
 ARG PYTHON_VERSION=3.11
-ARG VLLM_VERSION=v0.10.1.1
+ARG VLLM_VERSION=v0.32.0
 
 # ---------------------------------------------------------------------------------------------
 FROM python:${PYTHON_VERSION}-slim AS pipeline

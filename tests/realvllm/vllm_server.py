@@ -82,6 +82,11 @@ def server_command(
         "--enable-prompt-tokens-details",
         "--dtype",
         "float32",  # as trained (vLLM's CPU default downcasts to bfloat16)
+        # Every prompt prefilled in one step: vLLM 0.32's CPU build kills its engine ("CPU Generator
+        # does not use offset", then 500s) when a seeded request's prefill is chunked, and its CPU
+        # default budget is 2,048 tokens a step, below the longest image prompts of these tests.
+        "--max-num-batched-tokens",
+        str(max_model_len),
     ]
     # As `lenses serve` starts production servers: compact JSON, named as this release names it.
     command += compact_json_flags(installed_version(str(python)))

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from lenses_app.cli import main
+from lenses_data.config.models import ModelsConfig
 from lenses_data.models import probe
 from lenses_data.models.client import ModelClient, ModelRequest
 from lenses_data.models.parsing import parse_choice, pick_choice
@@ -71,7 +72,9 @@ def test_healthy_simulator_passes_every_check(sim_url: str) -> None:
         assert [c.capability for c in report.checks] == expected
         assert "no GET /version" in report.checks[0].detail and report.server.version is None
     assert reports[2].json_mode == "json_schema"
-    assert reports[0].choice_style == "guided"  # the pinned vLLM 0.10.1.1 speaks guided_choice
+    # No GET /version: the client speaks the pinned release's dialect (0.32.0: structured_outputs).
+    assert ModelsConfig().vllm_version == "0.32.0"
+    assert reports[0].choice_style == "structured_outputs"
 
 
 @pytest.mark.parametrize(
@@ -79,9 +82,9 @@ def test_healthy_simulator_passes_every_check(sim_url: str) -> None:
     [("0.10.1.1", "guided_choice"), ("0.11.0", "structured_outputs"), ("0.32.0", "structured_outputs")],
 )
 def test_the_choice_field_follows_the_release_the_server_reports(simulator, release: str, field: str) -> None:
-    # The config pins 0.10.1.1 (guided_choice), which a 0.12+ server ignores without an error: the
-    # probe asks the server its release and sends the field that release reads, and the YES/NO
-    # constraint holds (no tolerant fallback).
+    # The config pins 0.32.0 (structured_outputs), which a 0.10.x server ignores without an error, as
+    # 0.12+ ignores guided_choice: the probe asks the server its release and sends the field that
+    # release reads, and the YES/NO constraint holds (no tolerant fallback).
     import httpx
 
     with simulator(vllm_version=release, record_requests=50) as url:

@@ -19,7 +19,12 @@ from skimage import data as skdata
 from lenses_data.annotation.prompts import get_template
 from lenses_data.config import load_config
 from lenses_data.config.annotate import AnnotateConfig
-from lenses_data.config.models import INTERNVL_IMAGE_PLACEHOLDER, ModelsConfig
+from lenses_data.config.models import (
+    INTERNVL_HF_IMAGE_PLACEHOLDER,
+    INTERNVL_HF_ONE_TILE,
+    INTERNVL_IMAGE_PLACEHOLDER,
+    ModelsConfig,
+)
 from lenses_data.models.client import ModelClient, ModelRequest
 from lenses_data.models.messages import request_hash
 from lenses_data.models.serve import vllm_args
@@ -178,12 +183,13 @@ def test_one_tile_setting_is_part_of_the_journal_key(rows: list[dict[str, Any]])
 
 def test_production_config_one_tile_filter_and_prefix_caching() -> None:
     models = load_config(ROOT / "configs" / "production.yaml").models
-    assert models.filter.mm_processor_kwargs == {"max_dynamic_patch": 1}
+    # Transformers' format of InternVL (the one tests/realvllm serves): its tile key and placeholder.
+    assert models.filter.mm_processor_kwargs == INTERNVL_HF_ONE_TILE == {"max_patches": 1}
     assert models.generator.mm_processor_kwargs == {} and models.visual_validator.mm_processor_kwargs == {}
     for role in ("filter", "generator", "validator"):
         assert "--enable-prefix-caching" in vllm_args(models.role(role), 1)
     for role in ("filter", "generator", "visual_validator"):  # the placeholder stays where written
-        assert models.role(role).image_placeholder == INTERNVL_IMAGE_PLACEHOLDER
+        assert models.role(role).image_placeholder == INTERNVL_HF_IMAGE_PLACEHOLDER
         args = vllm_args(models.role(role), 1)
         assert args[args.index("--chat-template-content-format") + 1] == "string"
     assert models.validator.image_placeholder is None
