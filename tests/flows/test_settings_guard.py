@@ -7,7 +7,6 @@ the same settings, and as a run directory from before the guard (no settings rec
 
 from __future__ import annotations
 
-import argparse
 import logging
 import shutil
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from flows.build import build_dataset
+from lenses_app.cli import build_parser
 from lenses_app.commands import run as run_command
 from lenses_data import io
 from lenses_data.annotation.prompts import get_template
@@ -124,9 +124,10 @@ def test_a_run_directory_from_before_the_guard_resumes_with_one_warning(run_copy
 
 def test_lenses_run_exits_2_with_one_line_naming_the_stage(run_copy, capsys, monkeypatch):
     monkeypatch.setenv("LENSES__SPLIT__SEED", "other")
-    args = argparse.Namespace(
-        config=SAMPLE_CONFIG, run_dir=str(run_copy), sample=True, simulate=True, stop_after="split"
-    )
+    # The CLI's own parser: every option `handle` reads gets its default (a hand-made Namespace
+    # missed one that was added later).
+    argv = ["run", "--config", SAMPLE_CONFIG, "--run", str(run_copy), "--sample", "--stop-after", "split"]
+    args = build_parser().parse_args(argv)
     before = _snapshot(run_copy)
     assert run_command.handle(args) == 2
     # The run's warnings (the SIMULATED banner) and its failure log line stay visible above it.
