@@ -1,7 +1,8 @@
 """A small OpenAI-compatible server with the habits of a llama-cpp-python server, for the probe and
 outage tests: HTTP 500 on `response_format: json_schema` and on image parts, `json_object` honoured,
 choice constraints ignored (free text), an optional outage after N answered requests, an optional
-HTTP 400 on every work request (a field this server refuses), and an optional GET /version.
+HTTP 400 on every work request (a field this server refuses), and an optional gate that holds every
+work request until the test opens it.
 
 Validator requests (Listing 4) are answered by echoing their input items, so two runs against it
 produce the same dataset; the client's probe requests get what such a server would say.
@@ -9,8 +10,10 @@ produce the same dataset; the client's probe requests get what such a server wou
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -34,7 +37,7 @@ class FakeServer:
         fail_after: int | None = None,
         served: tuple[str, ...] = ("test/validator",),
         refuse_work: str | None = None,
-        version: str | None = None,
+        hold_work: threading.Event | None = None,
     ) -> None:
         self.reject_json_schema = reject_json_schema
         self.ignore_choice = ignore_choice
@@ -42,7 +45,8 @@ class FakeServer:
         self.fail_after = fail_after
         self.served = served
         self.refuse_work = refuse_work  # HTTP 400 with this message on every work (non-probe) request
-        self.version = version  # GET /version answers this release; None: no such route (404)
+        self.hold_work = hold_work  # work requests wait until it is set (the server keeps serving)
+        self.holding = threading.Event()  # set once a work request is being held
         self.answered = 0  # pipeline (non-probe) requests answered
         self.calls: Counter[str] = Counter()
         self.bodies: list[dict[str, Any]] = []
@@ -58,6 +62,9 @@ class FakeServer:
             self.calls["probe" if probe else "work"] += 1
             if not probe:
                 self.bodies.append(body)
+                if self.hold_work is not None:
+                    self.holding.set()
+                    await asyncio.to_thread(self.hold_work.wait, 30)
             status, content = self.answer(body, probe)
             if status != 200:
                 kind = "BadRequestError" if status < 500 else "server_error"
@@ -66,16 +73,7 @@ class FakeServer:
                 self.answered += 1
             return JSONResponse(_completion(body, content))
 
-        async def version(_: Request) -> JSONResponse:
-            if self.version is None:
-                return JSONResponse({"detail": "Not Found"}, 404)
-            return JSONResponse({"version": self.version})
-
-        routes = [
-            Route("/v1/models", models),
-            Route("/version", version),
-            Route("/v1/chat/completions", chat, methods=["POST"]),
-        ]
+        routes = [Route("/v1/models", models), Route("/v1/chat/completions", chat, methods=["POST"])]
         return Starlette(routes=routes)
 
     def answer(self, body: dict[str, Any], probe: bool) -> tuple[int, str]:
