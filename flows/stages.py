@@ -25,7 +25,7 @@ from flows.failures import FLOW_RETRIES, explain, mark_stage, retry_transient, r
 from flows.observers import Broadcast
 from flows.reporting import in_flow_run, publish_stage_table, start_progress, update_progress
 from flows.runlogs import lenses_logs_to_run
-from flows.worker_stages import discard_worker_stage, release_worker_stages, worker_stage
+from flows.worker_stages import release_worker_stages, worker_stage
 from lenses_data.config import PipelineConfig
 from lenses_data.stages.base import ShardStats, log_simulated, run_stage
 from lenses_data.stages.registry import build_stage, pipeline_order
@@ -42,12 +42,8 @@ _SHARD_TASK = dict(
 
 
 def _process(stage_name: str, shard: int, config: PipelineConfig, token: str) -> ShardStats:
-    stage = worker_stage(stage_name, config, token)
-    try:
+    with worker_stage(stage_name, config, token) as stage:
         return stage.process_shard(Path(config.run_dir), shard)
-    except BaseException:
-        discard_worker_stage(stage_name, config, token)
-        raise
 
 
 @task(task_run_name="{stage_name}-shard-{shard:05d}", **_SHARD_TASK)

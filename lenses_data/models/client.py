@@ -53,6 +53,7 @@ class ModelClient:
         self._keys: dict[str, str] = {}
         self.last_progress: Progress | None = None
         self.simulated_answers = 0  # answers from the lenses simulator over this client's life
+        self.closed = False  # close() ran: the stage that owned this client is done with it
 
     @classmethod
     def from_config(
@@ -82,9 +83,12 @@ class ModelClient:
             yield
         finally:
             journal, self.journal = self.journal, None
-            journal.close()
+            if journal is not None:  # None: closed under the shard (`close`), which wrote it already
+                journal.close()
 
     def close(self) -> None:
+        """Close the open journal (its buffered answers are written first)."""
+        self.closed = True
         if self.journal is not None:
             self.journal.close()
             self.journal = None

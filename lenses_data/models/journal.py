@@ -139,20 +139,29 @@ class ShardJournal:
     def flush(self) -> None:
         """Buffered lines to the OS in one write (whole lines only), then fsync if configured."""
         with self._lock:
-            if not self._buffer:
-                return
-            text, self._buffer = "".join(self._buffer), []
-            self._file.write(text)
-            self._file.flush()
-            if self._fsync:
-                os.fsync(self._file.fileno())
+            self._write_buffer()
+
+    def _write_buffer(self) -> None:  # the caller holds the lock
+        if not self._buffer:
+            return
+        if self._file.closed:  # say what is lost, not "I/O operation on closed file"
+            raise RuntimeError(
+                f"journal {self.path} is closed with {len(self._buffer)} answer(s) not written: "
+                "they are asked again on a rerun"
+            )
+        text, self._buffer = "".join(self._buffer), []
+        self._file.write(text)
+        self._file.flush()
+        if self._fsync:
+            os.fsync(self._file.fileno())
 
     def entries(self) -> Iterator[JournalEntry]:
         return iter(list(self._index.values()))
 
     def close(self) -> None:
-        self.flush()
+        """Write what is buffered and close, in one step: no answer appended between the two is lost."""
         with self._lock:
+            self._write_buffer()
             self._file.close()
 
 

@@ -1,6 +1,8 @@
 """A small OpenAI-compatible server with the habits of a llama-cpp-python server, for the probe and
 outage tests: HTTP 500 on `response_format: json_schema` and on image parts, `json_object` honoured,
-choice constraints ignored (free text), and an optional outage after N answered requests.
+choice constraints ignored (free text), an optional outage after N answered requests, an optional
+HTTP 400 on every work request (a field this server refuses), and an optional gate that holds every
+work request until the test opens it.
 
 Validator requests (Listing 4) are answered by echoing their input items, so two runs against it
 produce the same dataset; the client's probe requests get what such a server would say.
@@ -8,8 +10,10 @@ produce the same dataset; the client's probe requests get what such a server wou
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -32,12 +36,17 @@ class FakeServer:
         reject_images: bool = False,
         fail_after: int | None = None,
         served: tuple[str, ...] = ("test/validator",),
+        refuse_work: str | None = None,
+        hold_work: threading.Event | None = None,
     ) -> None:
         self.reject_json_schema = reject_json_schema
         self.ignore_choice = ignore_choice
         self.reject_images = reject_images
         self.fail_after = fail_after
         self.served = served
+        self.refuse_work = refuse_work  # HTTP 400 with this message on every work (non-probe) request
+        self.hold_work = hold_work  # work requests wait until it is set (the server keeps serving)
+        self.holding = threading.Event()  # set once a work request is being held
         self.answered = 0  # pipeline (non-probe) requests answered
         self.calls: Counter[str] = Counter()
         self.bodies: list[dict[str, Any]] = []
@@ -53,9 +62,13 @@ class FakeServer:
             self.calls["probe" if probe else "work"] += 1
             if not probe:
                 self.bodies.append(body)
+                if self.hold_work is not None:
+                    self.holding.set()
+                    await asyncio.to_thread(self.hold_work.wait, 30)
             status, content = self.answer(body, probe)
             if status != 200:
-                return JSONResponse({"error": {"message": content, "type": "server_error"}}, status)
+                kind = "BadRequestError" if status < 500 else "server_error"
+                return JSONResponse({"error": {"message": content, "type": kind}}, status)
             if not probe:
                 self.answered += 1
             return JSONResponse(_completion(body, content))
@@ -68,6 +81,8 @@ class FakeServer:
         fmt = (body.get("response_format") or {}).get("type")
         if not probe and self.fail_after is not None and self.answered >= self.fail_after:
             return 500, "the model crashed"
+        if not probe and self.refuse_work is not None:
+            return 400, self.refuse_work
         if has_image and self.reject_images:
             return 500, "image input is not supported by this model"
         if fmt == "json_schema" and self.reject_json_schema:

@@ -17,7 +17,7 @@ from lenses_data.config import config_from_dict
 from lenses_data.models import probe
 from lenses_data.models.client import ModelClient
 from lenses_data.models.journal import shard_journal_path
-from lenses_data.models.types import EndpointUnavailable
+from lenses_data.models.types import CLIENT_ERROR, EndpointUnavailable, SystemicFailure
 from lenses_data.schemas import LensText
 from lenses_data.simulator.simulator import free_port
 from lenses_data.stages._annotate import rejections_frame
@@ -130,6 +130,28 @@ def test_validate_command_exits_non_zero_with_the_endpoint_and_no_traceback(tmp_
     assert dead in err and "validator" in err and "Traceback" not in err
     assert not io.shard_path(run, "validate", 0).exists()
     assert not io.rejection_path(run, "validate", 0).exists()
+
+
+def test_a_400_on_every_work_request_fails_the_shard_as_systemic_not_as_rejections(tmp_path: Path) -> None:
+    # A server that refuses a field of every work request (the probe's requests pass): the refusal
+    # says nothing about the items, so the shard fails with the server's words as evidence, and
+    # nothing is written or rejected. The same 400 counted as item rejections would be a dataset
+    # of zero records with exit 0.
+    run = _rules_run(tmp_path / "run")
+    refusal = "unknown field 'response_format.schema' (refused by this server)"
+    server = FakeServer(refuse_work=refusal)
+    with serving(server) as url:
+        with pytest.raises(SystemicFailure) as raised:
+            _validate(url, run)
+    error = raised.value
+    assert error.role == "validator" and url in str(error)
+    # One request at a time: the second refusal decides, nothing more is sent.
+    assert error.counts == {CLIENT_ERROR: 2} and error.decided == 2 and server.calls["work"] == 2
+    assert f"2 of 2 answered requests failed ({CLIENT_ERROR} 2)" in str(error)
+    assert refusal in str(error) and "Nothing is written or rejected" in str(error)
+    for shard in (0, 1):
+        assert not io.shard_path(run, "validate", shard).exists()
+        assert not io.rejection_path(run, "validate", shard).exists()
 
 
 def test_json_schema_refused_completes_through_json_object_with_the_clean_dataset(tmp_path: Path) -> None:

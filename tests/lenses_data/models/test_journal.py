@@ -54,6 +54,21 @@ def test_entries_persist_across_reopen_and_success_replaces_failure(tmp_path: Pa
     reopened.close()
 
 
+def test_close_writes_buffered_answers_and_a_late_one_is_named_lost(tmp_path: Path) -> None:
+    # Answers buffered by the client's flushing writer reach the file when the journal closes; one
+    # buffered after the close (a flush timer firing late) is an error that says what is lost,
+    # not "I/O operation on closed file", and closing twice is harmless.
+    path = shard_journal_path(tmp_path, "validate", 1)
+    journal = ShardJournal(path)
+    journal.append([_entry("a"), _entry("b")])
+    journal.close()
+    journal.close()
+    assert [json.loads(line)["hash"] for line in path.read_text().splitlines()] == ["a", "b"]
+    journal.append([_entry("c")])
+    with pytest.raises(RuntimeError, match=r"closed with 1 answer\(s\) not written"):
+        journal.flush()
+
+
 def test_a_later_failure_never_overwrites_a_success(tmp_path: Path) -> None:
     path = shard_journal_path(tmp_path, "filter", 0)
     journal = ShardJournal(path)

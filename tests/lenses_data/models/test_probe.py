@@ -98,6 +98,24 @@ def test_the_choice_field_follows_the_release_the_server_reports(simulator, rele
     assert with_choice and all(field in body for body in with_choice)
 
 
+def test_work_requests_carry_the_choice_field_of_the_reported_release(simulator) -> None:
+    # The config pins 0.32.0 (structured_outputs); the server says it is 0.10.1.1, which reads only
+    # guided_choice. The probe's own requests are checked above: here the pipeline's requests, sent
+    # after the probe, must carry the probe's field too, or the constraint is silently ignored.
+    import httpx
+
+    assert ModelsConfig().choice_style("filter") == "structured_outputs"
+    with simulator(vllm_version="0.10.1.1", record_requests=100) as url:
+        client = ModelClient(sim_models_config([url], probe=True))
+        results = client.run_sync(_choice_requests(6), _exact_choice)
+        recorded = httpx.get(url.removesuffix("/v1") + "/sim/requests", timeout=5).json()["requests"]
+    work = [e["body"] for e in recorded if e["key"].startswith("filter:")]
+    # (The simulator records a request as that release reads it: a structured_outputs field is gone.)
+    assert len(work) == 6 and all("guided_choice" in body for body in work)
+    # The constraint held: every answer is the bare token, accepted by the exact parser.
+    assert all(r.ok for r in results) and {r.value for r in results} <= set(CHOICES)
+
+
 def test_a_release_that_ignores_the_pinned_field_is_caught_without_its_version(simulator) -> None:
     # The same 0.32 server with the role forced to guided_choice: the constraint is ignored, and the
     # probe says so (tolerant fallback) instead of trusting it.

@@ -53,3 +53,33 @@ def test_image_report_counts_idiom_target_and_lens_loss():
     summary = rules_stage.summarize_report(report.reset_index())
     assert summary["caption"]["images_meeting_idiom_target"] == 1
     assert summary["caption"]["images_with_lens_lost_to_rules"] == 1
+
+
+def test_shard_stats_count_rejected_records_not_rejection_rows(tmp_path):
+    # One text breaks several rules (a rejection row each), another one rule: per stage and shard,
+    # in = out + rejected must hold with rejected counted as distinct records, both when the
+    # shard is processed and when a finished shard is read back (a resumed run's totals).
+    from lenses_data import io
+    from lenses_data.schemas import LensText
+    from lenses_data.stages.base import run_stage
+
+    rows = [
+        lens_row("i1", "caption", "Literal", LIT),
+        lens_row("i1", "caption", "Figurative", FIG),
+        lens_row("i1", "caption", "Background", "In this image, a house of cards sits on a table."),
+        lens_row("i1", "caption", "Abstract", "Caption: <text>", focus=""),
+    ]
+    io.write_shard(tmp_path, "generate", 0, frame(rows), LensText)
+    io.mark_stage_complete(tmp_path, "generate", [0])
+    stage = rules_stage.RulesStage(PipelineConfig(run_dir=str(tmp_path)))
+    processed = stage.process_shard(tmp_path, 0)
+    rows_rejected = len(io.read_rejections(tmp_path, "rules"))
+    assert rows_rejected > 2  # the artifact text alone fails several rules
+    recounted = stage.process_shard(tmp_path, 0)  # done: read back from its files
+    assert recounted.skipped and not processed.skipped
+    for stats in (processed, recounted):
+        assert (stats.records_in, stats.records_out, stats.rejected) == (4, 2, 2)
+        assert stats.records_in == stats.records_out + stats.rejected
+        assert sum(stats.reasons.values()) == rows_rejected  # the reasons keep every row
+    summary = run_stage(stage, tmp_path)
+    assert (summary["records_in"], summary["records_out"], summary["rejected"]) == (4, 2, 2)
