@@ -25,6 +25,7 @@ from lenses_data.models.serve import ServeOptions, check_with_vllm_parser, plan_
 from lenses_data.simulator.simulator import free_port
 from tests.realvllm.pipeline_config import write_config
 from tests.realvllm.vllm_server import SERVER_ENV
+from tests.support.serve_cli import lenses_serve_command
 
 # A server start (60-70 s idle, minutes on a busy machine) is paid inside the first test of each.
 pytestmark = [pytest.mark.slow, pytest.mark.realvllm, pytest.mark.timeout(2400)]
@@ -188,17 +189,7 @@ def test_lenses_serve_starts_a_role_whose_server_requires_the_key(
     config = tmp_path / "serve.yaml"
     config.write_text(yaml.safe_dump({"models": {"validator": role}}))
     log = tmp_path / "serve.log"
-    command = [
-        sys.executable,
-        "-m",
-        "lenses_app.cli",
-        "serve",
-        "--role",
-        "validator",
-        "--config",
-        str(config),
-    ]
-    command += ["--vllm-python", str(vllm_python_path), "--health-timeout", "900"]
+    command = lenses_serve_command(config, vllm_python_path, "--health-timeout", "900")
     env = {**os.environ, **SERVER_ENV, "LENSES_TEST_VLLM_KEY": key}
     with log.open("w") as out:
         process = subprocess.Popen(

@@ -30,6 +30,7 @@ from lenses_data.simulator.simulator import SimConfig, free_port, run_in_thread
 from tests.realvllm.conftest import MAX_MODEL_LEN, VALIDATOR_NAME
 from tests.realvllm.pipeline_config import write_pipeline_config
 from tests.realvllm.vllm_server import SERVER_ENV
+from tests.support.serve_cli import lenses_serve_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.realvllm, pytest.mark.timeout(2400)]
 REPO = Path(__file__).resolve().parents[2]
@@ -62,18 +63,9 @@ def _serve(python: Path, model: Path, tmp: Path) -> tuple[subprocess.Popen, Path
     }
     config = tmp / "serve.yaml"
     config.write_text(yaml.safe_dump({"models": {"validator": {"model": VALIDATOR_NAME, "serve": serve}}}))
-    command = [
-        sys.executable,
-        "-m",
-        "lenses_app.cli",
-        "serve",
-        "--role",
-        "validator",
-        "--config",
-        str(config),
-    ]
-    command += ["--gpus", "2", "--vllm-python", str(python), "--restart-backoff", "1"]
-    command += ["--health-timeout", str(START_S)]
+    command = lenses_serve_command(
+        config, python, "--gpus", "2", "--restart-backoff", "1", "--health-timeout", str(START_S)
+    )
     log = tmp / "serve.log"
     env = {**os.environ, **SERVER_ENV}
     env.pop("VLLM_API_KEY", None)

@@ -23,6 +23,7 @@ import yaml
 from lenses_data.models.serve import Replica
 from lenses_data.models.supervise import RestartPolicy, Supervisor
 from lenses_data.simulator.simulator import free_port
+from tests.support.serve_cli import lenses_serve_command
 
 FAKE_VLLM = Path(__file__).parent / "fake_vllm"
 SERVER = FAKE_VLLM / "vllm" / "entrypoints" / "openai" / "api_server.py"
@@ -124,17 +125,7 @@ def test_lenses_serve_restarts_a_killed_replica_and_sigterm_leaves_no_process(tm
     config = tmp_path / "serve.yaml"
     port = _consecutive_free_ports()
     config.write_text(yaml.safe_dump({"models": {"validator": {"serve": {"port": port}}}}))
-    command = [
-        sys.executable,
-        "-m",
-        "lenses_app.cli",
-        "serve",
-        "--role",
-        "validator",
-        "--config",
-        str(config),
-    ]
-    command += ["--gpus", "2", "--vllm-python", sys.executable, "--restart-backoff", "0.1"]
+    command = lenses_serve_command(config, sys.executable, "--gpus", "2", "--restart-backoff", "0.1")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(FAKE_VLLM), str(REPO)])}
     log = tmp_path / "serve.log"
     with log.open("w") as out:
