@@ -166,7 +166,7 @@ class LensText(Record):
     flags: list[str] = Field(
         default_factory=list,
         description="Reason codes of rules the text breaks that do not reject it (docs/rules.md), "
-        "e.g. figurative_missing_idiom",
+        "e.g. figurative_missing_idiom, word_count_high",
     )
 
     @field_validator("flags", mode="before")

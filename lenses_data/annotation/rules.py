@@ -5,10 +5,11 @@ Focus, and the phrase-bank rules per lens. Per image: near-duplicate paraphrases
 n-gram overlap, lens coverage and the idiomatic share. Every violation is a `Violation` with a
 named reason code.
 
-Whether a violation rejects the text or is only recorded on it as a flag is `rejects()`: the
-checks the paper states as filters reject; the phrase-bank rules, which Listings 2-3 state as
-instructions to the generator, are flags unless `idiom_rules="strict"`; an edit that Listing 5
-allows (removing a fragment or an idiom) is never undone. docs/rules.md gives the quotes.
+Whether a violation rejects the text or is only recorded on it as a flag is `rejects()`: damage
+rejects; the word limits, which the paper's published texts break (2 of 59), are flags unless
+`word_limits="reject"`; the phrase-bank rules, which Listings 2-3 state as instructions to the
+generator, are flags unless `idiom_rules="strict"`; an edit that Listing 5 allows (removing a
+fragment or an idiom) is never undone. docs/rules.md gives the quotes.
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ NEAR_DUPLICATE = "near_duplicate"
 EMBEDDING_DUPLICATE = "embedding_duplicate"
 VALIDATOR_ADDED_IDIOM = "validator_added_idiom"  # Listing 5: "Do not add new idioms" (a flag)
 
-# What a violation does. Damage makes a text unusable whoever wrote it; the word limits are a
-# filter on texts (the validators' allowed edits aside); the phrase-bank rules are instructions.
+# What a violation does. Damage makes a text unusable whoever wrote it; the word limits and the
+# phrase-bank rules are what the generator is asked for, which its published texts do not always meet.
 DAMAGE = frozenset(
     {
         EMPTY_TEXT,
@@ -56,6 +57,8 @@ DAMAGE = frozenset(
     }
 )
 WORD_LIMITS = frozenset({WORD_COUNT_LOW, WORD_COUNT_HIGH})
+# flag: the paper published texts outside Listings 2-3's ranges (docs/rules.md); reject: enforce them.
+WORD_LIMIT_MODES = ("flag", "reject")
 IDIOM_RULES = frozenset({FIGURATIVE_MISSING_IDIOM, FORBIDDEN_IDIOM})
 IDIOM_MODES = ("flag", "strict")
 # How each listing words its phrase-bank rules: strict mode rejects the MUST-level ones only
@@ -99,26 +102,43 @@ class Violation:
     message: str
 
 
-def rejects(reason: str, kind: str, idiom_rules: str = "flag", edited_by: str | None = None) -> bool:
+def rejects(
+    reason: str,
+    kind: str,
+    idiom_rules: str = "flag",
+    edited_by: str | None = None,
+    *,
+    word_limits: str = "flag",
+) -> bool:
     """Whether a violation rejects the text (True) or is kept on it as a flag (False)."""
     if idiom_rules not in IDIOM_MODES:
         raise ValueError(f"idiom_rules must be one of {IDIOM_MODES}, not {idiom_rules!r}")
+    if word_limits not in WORD_LIMIT_MODES:
+        raise ValueError(f"word_limits must be one of {WORD_LIMIT_MODES}, not {word_limits!r}")
     if reason in DAMAGE:
         return True
     if edited_by == VISUAL_VALIDATION and (reason in WORD_LIMITS or reason in IDIOM_RULES):
         return False  # Listing 5 allows removing fragments and idioms: the re-check never undoes it
+    if reason in WORD_LIMITS:
+        return word_limits == "reject"
     if reason in IDIOM_RULES:
         return idiom_rules == "strict" and IDIOM_STRENGTH[(kind, reason)] in ("MUST", "MUST NOT")
     return reason != VALIDATOR_ADDED_IDIOM
 
 
 def split_violations(
-    violations: Iterable[Violation], kind: str, idiom_rules: str = "flag", edited_by: str | None = None
+    violations: Iterable[Violation],
+    kind: str,
+    idiom_rules: str = "flag",
+    edited_by: str | None = None,
+    *,
+    word_limits: str = "flag",
 ) -> tuple[list[Violation], list[Violation]]:
     """(violations that reject the text, violations recorded on it as flags)."""
     rejecting, flags = [], []
     for v in violations:
-        (rejecting if rejects(v.reason, kind, idiom_rules, edited_by) else flags).append(v)
+        rejected = rejects(v.reason, kind, idiom_rules, edited_by, word_limits=word_limits)
+        (rejecting if rejected else flags).append(v)
     return rejecting, flags
 
 

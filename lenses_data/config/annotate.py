@@ -2,8 +2,10 @@
 
 Defaults follow the Lenses supplementary (Listings 1-5): prompts 10-28 words, captions 8-22 words,
 about 40% idiomatic texts per image (rounded up), at least 70% token difference between texts.
-What rejects a text and what is only flagged on it follows what the paper states as a filter
-(docs/rules.md): the phrase-bank rules are flags unless `idiom_rules` is "strict".
+What rejects a text and what is only flagged on it follows what the paper published
+(docs/rules.md): the generator is asked for the word ranges, and a text outside them is flagged
+unless `word_limits` is "reject" (2 of the paper's 59 published texts are outside); the phrase-bank
+rules are flags unless `idiom_rules` is "strict".
 """
 
 from __future__ import annotations
@@ -59,6 +61,12 @@ class AnnotateConfig(BaseModel):
     # Rule checks
     prompt_words: WordRange = Field(default_factory=lambda: WordRange(min=10, max=28))
     caption_words: WordRange = Field(default_factory=lambda: WordRange(min=8, max=22))
+    word_limits: Literal["flag", "reject"] = Field(
+        "flag",
+        description="flag: a text outside prompt_words/caption_words is kept with word_count_low/high in "
+        "its flags (the paper published 2 of its 59 texts outside Listings 2-3's ranges); reject: it is "
+        "rejected with that reason. The generator's prompt asks for the range either way",
+    )
     self_references: list[str] = Field(
         default_factory=lambda: list(DEFAULT_SELF_REFERENCES),
         description="Phrases that make a text not self-contained (matched as whole words, any case)",

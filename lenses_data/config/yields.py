@@ -12,7 +12,8 @@ Where the defaults come from (001 = main paper, in shared/seeds):
   when fewer than a fifth of that pass: a constraint or parser that turns answers into NO.
 - rules, validate, visual_validate: 001 says failing texts "are either revised or discarded" and
   gives no rate; the project's assumptions are a few percent (`SimContentSettings`: 3% text, 1%
-  visual discards; the rules kept 97% of the simulator's texts, docs/benchmarks.md). A quarter of
+  visual discards; the rules kept 97% of the simulator's texts with the word limits rejecting, more
+  now that they only flag by default, docs/benchmarks.md). A quarter of
   the texts is several times that: a model that garbles the fixed Focus field, or a validator
   prompt it misreads, ends far above it.
 - ingest, dedupe: no band (their share is the source's: broken files, duplicate-heavy crawls);

@@ -43,10 +43,13 @@ def _cell(value: Any) -> str:
 
 
 def _flags_section(captions: pd.DataFrame, prompts: pd.DataFrame, manifest: dict[str, Any]) -> list[str]:
-    mode = manifest.get("config", {}).get("annotate", {}).get("idiom_rules", "flag")
+    annotate = manifest.get("config", {}).get("annotate", {})
+    # A manifest written before `word_limits` existed comes from a build whose word limits rejected.
+    modes = f"Word limits: `{annotate.get('word_limits', 'reject')}`. "
+    modes += f"Phrase-bank rules: `{annotate.get('idiom_rules', 'flag')}`."
     note = (
-        f"Phrase-bank rules: `{mode}`. These texts are in the dataset; the codes are in each text's "
-        "`flags` column, so a stricter subset is one filter away (see docs/rules.md of the pipeline)."
+        f"{modes} These texts are in the dataset; the codes are in each text's `flags` column, so a "
+        "stricter subset is one filter away (see docs/rules.md of the pipeline)."
     )
     table = flag_table(captions, prompts)
     return _section("Rule flags on kept texts", note, _md_table(table) if len(table) else "No flags.")

@@ -1,8 +1,9 @@
 """Rules stage: the deterministic checks of lenses_data.annotation.rules over generated texts.
 
-Per text, every violated rule that rejects (`rules.rejects`: damage, word limits; the phrase-bank
-rules only with `annotate.idiom_rules: strict`) is one rejection row with its reason code (a text
-can violate several); the others are recorded in the text's `flags`. Then, per image and kind,
+Per text, every violated rule that rejects (`rules.rejects`: damage; the word limits only with
+`annotate.word_limits: reject`; the phrase-bank rules only with `annotate.idiom_rules: strict`) is
+one rejection row with its reason code (a text can violate several); the others are recorded in
+the text's `flags`. Then, per image and kind,
 near-duplicate paraphrases are rejected by content n-gram overlap (and optionally by
 sentence-embedding similarity), keeping the first text of every lens so a lens the model covered
 keeps a text where possible. The idiomatic share per image (target 40%, rounded up), the flags and
@@ -141,7 +142,9 @@ class RulesStage(ShardedStage):
         survivors = []
         for row in lens_text_rows(df):
             violations = per_text_violations(row, settings, bank)
-            rejecting, flags = rules.split_violations(violations, row["kind"], settings.idiom_rules)
+            rejecting, flags = rules.split_violations(
+                violations, row["kind"], settings.idiom_rules, word_limits=settings.word_limits
+            )
             for v in rejecting:
                 rejected.append(
                     rejection(STAGE, row["text_id"], v.reason, v.message, image_id=row["image_id"])
@@ -171,7 +174,8 @@ class RulesStage(ShardedStage):
                 mine = flags.setdefault(kind, {})
                 for code, count in counts.items():
                     mine[code] = mine.get(code, 0) + count
-        return {"idiom_rules": settings.idiom_rules, "per_kind": _summary(totals), "flags": flags}
+        modes = {"idiom_rules": settings.idiom_rules, "word_limits": settings.word_limits}
+        return {**modes, "per_kind": _summary(totals), "flags": flags}
 
 
 def _read_columns(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:

@@ -145,7 +145,9 @@ def recheck(
     if not settings.recheck_rules_after_validation:
         updated["flags"] = [x.reason for x in violations]
         return []
-    rejecting, flags = rules.split_violations(violations, row["kind"], settings.idiom_rules, v.template)
+    rejecting, flags = rules.split_violations(
+        violations, row["kind"], settings.idiom_rules, v.template, word_limits=settings.word_limits
+    )
     updated["flags"] = [x.reason for x in flags]
     return rejecting
 

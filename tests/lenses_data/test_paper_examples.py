@@ -6,8 +6,8 @@ prompts), one text per lens for six images each. They are parsed here from
 OpenAI-compatible server answers the generator with them, says YES to the filter and echoes every
 item back to both validators ("keep everything"); the production ModelClient talks to it over
 HTTP, and the real stages run with the default configuration. The paper kept these texts, so the
-pipeline must too: every Figurative text reaches the export, and every other one unless a filter
-the paper states rejects it (here: the caption word limits of Listing 3, see below).
+pipeline must too: every one of them reaches the export, the two outside Listing 3's word range
+with a flag (see below).
 """
 
 from __future__ import annotations
@@ -202,9 +202,9 @@ def _run(config, run: Path, server: PaperServer) -> None:
 
 
 # Listing 3: "Keep it concise (8-22 words)". Two Fig. 5 captions of the knight-in-the-elevator image
-# fall outside: the Literal one has 24 words, the Abstract one ("Epochs collide: ...") 7. The word
-# limits are a filter the pipeline applies (docs/rules.md), so these two, and only these, are
-# rejected, with reason word_count_high / word_count_low.
+# fall outside: the Literal one has 24 words, the Abstract one ("Epochs collide: ...") 7. The paper
+# published them, so by default (`annotate.word_limits: flag`) they are kept with word_count_high /
+# word_count_low in their flags; `reject` rejects them (tests/lenses_data/test_paper_word_limits.py).
 WORD_LIMITS = {"caption": (8, 22), "prompt": (10, 28)}
 
 
@@ -235,46 +235,54 @@ def test_paper_outputs_survive_the_default_pipeline(ingested_run: Path, tmp_path
         for kind in ("caption", "prompt")
     }
     rejections = pd.read_parquet(out / "rejections.parquet")
-    expected_missing = []
+    flagged = []
+    images_per_row = Counter(server.row_of_image.values())
     for kind, rows in examples.items():
         table = exported[kind]
-        images_per_row = Counter(server.row_of_image.values())
         for index, row in enumerate(rows):
             for lens, text in row:
                 kept = table[(table["row"] == index) & (table["lens"].astype(str) == lens)]
+                # Kept verbatim for every pool image that got this row.
+                assert kept["text"].tolist() == [text] * images_per_row[index], (kind, index, lens)
                 reason = _outside_limits(kind, text)
-                if reason is None:
-                    # Kept verbatim for every pool image that got this row.
-                    assert kept["text"].tolist() == [text] * images_per_row[index], (kind, index, lens)
-                else:
-                    assert kept.empty, (kind, index, lens, text)
-                    expected_missing.append((kind, lens, reason))
+                word_flags = [[c for c in f if c in rules.WORD_LIMITS] for f in kept["flags"]]
+                assert word_flags == [[reason] if reason else []] * len(kept), (kind, lens, text)
+                if reason:
+                    flagged.append((kind, lens, reason))
                 if lens == "Figurative":
-                    assert reason is None and len(kept) == images_per_row[index]
                     # No phrase-bank idiom: recorded as a flag, never a rejection.
                     assert all(list(f) == [rules.FIGURATIVE_MISSING_IDIOM] for f in kept["flags"])
                     assert all(len(i) == 0 for i in kept["idioms"])
-    assert sorted(expected_missing) == [
+    assert sorted(flagged) == [
         ("caption", "Abstract", rules.WORD_COUNT_LOW),
         ("caption", "Literal", rules.WORD_COUNT_HIGH),
     ]
-    # Nothing else was rejected on the way: only the word limits, once per image with that row.
-    text_rejections = rejections[rejections["stage"].isin(["rules", "validate", "visual_validate"])]
-    assert set(text_rejections["reason"]) == {rules.WORD_COUNT_LOW, rules.WORD_COUNT_HIGH}
-    knight_images = Counter(server.row_of_image.values())[3]
-    assert len(text_rejections) == 2 * knight_images
+    # Nothing was rejected on the way: every published text of every image is exported.
+    assert rejections[rejections["stage"].isin(["rules", "validate", "visual_validate"])].empty
     for kind, rows in examples.items():
-        per_row = [sum(_outside_limits(kind, t) is None for _, t in row) for row in rows]
-        assert len(exported[kind]) == sum(per_row[r] for r in server.row_of_image.values())
+        assert len(exported[kind]) == sum(len(rows[r]) for r in server.row_of_image.values())
     stats = io.read_marker(run, "rules")["stats"]
     n_images = len(server.row_of_image)
-    assert stats["idiom_rules"] == "flag"
-    assert stats["flags"] == {k: {rules.FIGURATIVE_MISSING_IDIOM: n_images} for k in ("caption", "prompt")}
+    assert stats["idiom_rules"] == "flag" and stats["word_limits"] == "flag"
+    knight_images = images_per_row[3]
+    assert stats["flags"] == {
+        "caption": {
+            rules.FIGURATIVE_MISSING_IDIOM: n_images,
+            rules.WORD_COUNT_HIGH: knight_images,
+            rules.WORD_COUNT_LOW: knight_images,
+        },
+        "prompt": {rules.FIGURATIVE_MISSING_IDIOM: n_images},
+    }
     card = (out / "README.md").read_text(encoding="utf-8")
     assert "Rule flags on kept texts" in card and rules.FIGURATIVE_MISSING_IDIOM in card
+    assert "Word limits: `flag`" in card and rules.WORD_COUNT_HIGH in card
 
-    # The strict option restores the hard phrase-bank filter: every Figurative text goes.
     generated = io.read_stage(run, "generate", LensText)
+    # The reject option enforces the word ranges: the two published captions outside them go.
+    reject = _config(url, run, {"word_limits": "reject"})
+    _, rejected = rules_stage.RulesStage(reject).annotate_frame(generated)
+    assert sorted(rejected["reason"]) == sorted([rules.WORD_COUNT_LOW, rules.WORD_COUNT_HIGH] * knight_images)
+    # The strict option restores the hard phrase-bank filter: every Figurative text goes.
     strict = _config(url, run, {"idiom_rules": "strict"})
     kept, rejected = rules_stage.RulesStage(strict).annotate_frame(generated)
     figurative = generated["lens"].astype(str) == "Figurative"

@@ -146,19 +146,39 @@ def test_literal_use_of_idiom_words_breaks_no_idiom_rule():
         (rules.FORBIDDEN_IDIOM, "prompt", "strict", None, True),
         (rules.FORBIDDEN_IDIOM, "caption", "strict", None, False),
         # Filters the paper states reject in both modes.
-        (rules.WORD_COUNT_LOW, "caption", "flag", None, True),
         (rules.SELF_REFERENCE, "prompt", "flag", None, True),
         (rules.ARTIFACT_TRUNCATED, "caption", "strict", rules.VISUAL_VALIDATION, True),
         # Edits Listing 5 allows (removing fragments or idioms) are never undone.
         (rules.WORD_COUNT_LOW, "caption", "strict", rules.VISUAL_VALIDATION, False),
         (rules.FIGURATIVE_MISSING_IDIOM, "caption", "strict", rules.VISUAL_VALIDATION, False),
-        (rules.WORD_COUNT_LOW, "caption", "flag", rules.TEXT_VALIDATION, True),
+        (rules.WORD_COUNT_LOW, "caption", "flag", rules.TEXT_VALIDATION, False),
         (rules.FIGURATIVE_MISSING_IDIOM, "prompt", "strict", rules.TEXT_VALIDATION, True),
         (rules.VALIDATOR_ADDED_IDIOM, "caption", "strict", rules.VISUAL_VALIDATION, False),
     ],
 )
 def test_what_rejects_and_what_is_flagged(reason, kind, mode, edited_by, expected):
     assert rules.rejects(reason, kind, mode, edited_by) is expected
+
+
+@pytest.mark.parametrize(
+    ("edited_by", "flagged", "rejected"),
+    [
+        # The generator's text and a Listing-4 edit: a flag by default, a rejection when configured.
+        (None, True, True),
+        (rules.TEXT_VALIDATION, True, True),
+        # A Listing-5 edit may shorten a text: never rejected for its length, in either mode.
+        (rules.VISUAL_VALIDATION, True, False),
+    ],
+)
+def test_word_limits_flag_by_default_and_reject_when_configured(edited_by, flagged, rejected):
+    for reason in (rules.WORD_COUNT_LOW, rules.WORD_COUNT_HIGH):
+        for idiom_mode in rules.IDIOM_MODES:  # the two settings are independent
+            assert rules.rejects(reason, "caption", idiom_mode, edited_by) is not flagged
+            assert rules.rejects(reason, "prompt", idiom_mode, edited_by, word_limits="reject") is rejected
+    # Damage still rejects under the flag default.
+    assert rules.rejects(rules.EMPTY_TEXT, "caption", word_limits="flag")
+    with pytest.raises(ValueError, match="word_limits"):
+        rules.rejects(rules.WORD_COUNT_LOW, "caption", word_limits="strict")
 
 
 def test_split_violations_partitions_in_order():

@@ -96,13 +96,14 @@ def test_validators_discard_and_edit_at_the_configured_rates(simulated, stage):
 
 
 def test_rules_pass_nearly_every_simulated_text(simulated):
-    _, report = simulated
+    frames, report = simulated
     for kind in ("caption", "prompt"):
         assert report[kind]["rules_kept"] >= 0.95
-    # what they do reject is what a real generator gets wrong now and then (Figs. 5-7: 2 of 59 texts
-    # outside the listings' word ranges), not a format fault of the simulator
-    assert set(report["rule_reasons"]) <= {"word_count_high", "word_count_low", "near_duplicate"}
-    assert report["rule_reasons"].get("word_count_high", 0) > 0
+    # what they do reject is near paraphrases, not a format fault of the simulator; what a real
+    # generator gets wrong now and then (Figs. 5-7: 2 of 59 texts outside the listings' word
+    # ranges) is kept with a flag under the default `annotate.word_limits: flag`
+    assert set(report["rule_reasons"]) <= {"near_duplicate"}
+    assert frames.ruled["flags"].map(lambda f: "word_count_high" in f).any()
 
 
 def _seen(frames, kind: str, stage: str) -> int:

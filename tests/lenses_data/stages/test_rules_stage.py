@@ -28,12 +28,27 @@ def test_rules_stage_rejects_each_violation_and_near_duplicates():
     assert by_text[rows[3]["text_id"]] == {"near_duplicate"}
     # The idiom rules flag, they do not reject (docs/rules.md); self-reference rejects.
     assert by_text[rows[4]["text_id"]] == {"self_reference"}
-    assert {"word_count_low", "artifact_label", "artifact_placeholder", "empty_focus"} <= by_text[
-        rows[5]["text_id"]
-    ]
+    assert {"artifact_label", "artifact_placeholder", "empty_focus"} <= by_text[rows[5]["text_id"]]
+    assert "word_count_low" not in by_text[rows[5]["text_id"]]  # the word limits flag by default
     assert (rejected["stage"] == "rules").all()
     # One row per reason, but the funnel counts records: 6 in = 3 out + 3 rejected.
     assert len(rejected) > 3 and rejected_records(rejected) == 3 == len(rows) - len(kept)
+
+
+def test_word_limits_flag_by_default_and_reject_when_configured():
+    short = "Quiet dread settles over the pasture."  # 6 words, under the captions' 8
+    rows = [lens_row("i1", "caption", "Literal", LIT), lens_row("i1", "caption", "Emotional", short)]
+    kept, rejected = rules_stage.RulesStage(PipelineConfig()).annotate_frame(frame(rows))
+    assert rejected.empty
+    assert {t: list(f) for t, f in zip(kept["text"], kept["flags"], strict=True)} == {
+        LIT: [],
+        short: ["word_count_low"],
+    }
+    strict = PipelineConfig.model_validate({"annotate": {"word_limits": "reject"}})
+    kept, rejected = rules_stage.RulesStage(strict).annotate_frame(frame(rows))
+    assert kept["text"].tolist() == [LIT]
+    assert rejected[["record_id", "reason"]].values.tolist() == [[rows[1]["text_id"], "word_count_low"]]
+    assert rejected["message"].tolist() == ["6 words; at least 8 required"]
 
 
 def test_image_report_counts_idiom_target_and_lens_loss():

@@ -46,6 +46,7 @@ def test_streamed_stats_equal_the_whole_table_report(tmp_path):
     report = rules_stage.image_report(given, kept, config.annotate.idiom_target_share)
     expected = {
         "idiom_rules": config.annotate.idiom_rules,
+        "word_limits": config.annotate.word_limits,
         "per_kind": rules_stage.summarize_report(report),
         "flags": rules_stage.flag_counts(kept),
     }

@@ -188,14 +188,21 @@ def test_listing5_edit_that_removes_an_idiom_survives_even_in_strict_mode():
 
 
 def test_listing5_fragment_removal_below_the_word_limit_survives_listing4_does_not():
-    # Listing 5 may "remove or soften" an ungrounded fragment; Listing 4 only edits lightly.
+    # Listing 5 may "remove or soften" an ungrounded fragment; Listing 4 only edits lightly, so its
+    # edits are re-checked like generator output (a flag by default, a rejection with `reject`).
     short = "Quiet dread hangs over the pasture."  # 6 words, below the captions' 8
     rows = [lens_row("i1", "caption", "Emotional", EMO, split="test")]
-    kept, rejected = _visual(rows, _edit_to(short), AnnotateConfig())
+    for mode in ("flag", "reject"):
+        kept, rejected = _visual(rows, _edit_to(short), AnnotateConfig(word_limits=mode))
+        assert rejected.empty and list(kept["flags"].iloc[0]) == ["word_count_low"]
+
+    def _listing4(mode: str):
+        config = PipelineConfig(annotate=AnnotateConfig(word_limits=mode))
+        return validate.ValidateStage(config, client=_edit_to(short)).annotate_frame(frame(rows))
+
+    kept, rejected = _listing4("flag")
     assert rejected.empty and list(kept["flags"].iloc[0]) == ["word_count_low"]
-    kept, rejected = validate.ValidateStage(PipelineConfig(), client=_edit_to(short)).annotate_frame(
-        frame(rows)
-    )
+    kept, rejected = _listing4("reject")
     assert kept.empty and rejected["reason"].tolist() == ["word_count_low"]
 
 
