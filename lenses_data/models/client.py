@@ -23,7 +23,13 @@ from lenses_data.models.calls import RoleRuntime, run_one
 from lenses_data.models.committer import FlushingWriter, GroupCommitter
 from lenses_data.models.endpoints import Endpoint, EndpointPool, make_endpoint
 from lenses_data.models.images import ImagePrefetch
-from lenses_data.models.journal import Journal, JournalEntry, LegacyJournal, ShardJournal, usage_totals
+from lenses_data.models.journal import (
+    Journal,
+    JournalEntry,
+    ShardJournal,
+    refuse_single_file_journal,
+    usage_totals,
+)
 from lenses_data.models.keys import resolve_api_key
 from lenses_data.models.messages import default_json_mode
 from lenses_data.models.probe import cached_probe
@@ -48,7 +54,6 @@ class ModelClient:
         self.journal = journal
         # RUN/journal: where per-shard journals go (see `shard_journal`); None: no journaling.
         self.journal_root = journal_root
-        self._legacy: LegacyJournal | None = None
         self._rng = random.Random(seed)
         self._keys: dict[str, str] = {}
         self.last_progress: Progress | None = None
@@ -67,18 +72,16 @@ class ModelClient:
     def shard_journal(self, path: Path) -> Iterator[None]:
         """Journal every answer of the block to `path`, the one file of the shard being processed.
 
-        The task that owns a shard is the only writer of its file; older single-file journals of
-        the run are read as a fallback. Without a journal root (journal disabled) this does nothing.
+        The task that owns a shard is the only writer of its file; a run with a single-file journal
+        of an older version is refused. Without a journal root (journal disabled) this does nothing.
         """
         if self.journal_root is None:
             yield
             return
         if self.journal is not None:
             raise RuntimeError("a shard journal is already open on this client: one shard at a time")
-        if self._legacy is None:
-            self._legacy = LegacyJournal(self.journal_root)
-        fallback = [self._legacy] if self._legacy else []
-        self.journal = ShardJournal(path, self.config.journal.fsync, fallback)
+        refuse_single_file_journal(self.journal_root)
+        self.journal = ShardJournal(path, self.config.journal.fsync)
         try:
             yield
         finally:

@@ -11,8 +11,9 @@ appended as JSON lines; the client flushes them to the OS within a few milliseco
 (see committer.FlushingWriter), and `fsync=True` also survives power loss. A torn last
 line (killed mid-write) is skipped, and a success is never overwritten by a later failure.
 
-Journals of older runs (`RUN/journal/answers.sqlite`, `RUN/journal/answers-*.jsonl`) stay readable
-through `LegacyJournal`, opened read-only.
+The single-file journals of runs made before per-shard journals (`RUN/journal/answers.sqlite`,
+`RUN/journal/answers-*.jsonl`) are no longer read: a run directory holding one is refused with the
+files named (`refuse_single_file_journal`), so its answers are never silently asked again.
 """
 
 from __future__ import annotations
@@ -20,10 +21,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import islice
@@ -88,16 +88,12 @@ def _ends_torn(path: Path) -> bool:
 
 
 class ShardJournal:
-    """The journal of one shard: one append-only JSON-lines file, owned by the task of that shard.
+    """The journal of one shard: one append-only JSON-lines file, owned by the task of that shard."""
 
-    `fallback` journals (read-only, e.g. an older run's) answer `get` for hashes this file lacks.
-    """
-
-    def __init__(self, path: Path, fsync: bool = False, fallback: Sequence[Journal] = ()) -> None:
+    def __init__(self, path: Path, fsync: bool = False) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._fsync = fsync
-        self._fallback = tuple(fallback)
         self._index: dict[str, JournalEntry] = {}
         if path.exists():
             _load_jsonl(path, self._index)
@@ -108,16 +104,7 @@ class ShardJournal:
         self._buffer: list[str] = []
 
     def get(self, request_hash: str) -> JournalEntry | None:
-        entry = self._index.get(request_hash)
-        if entry is not None and entry.status == "ok":
-            return entry
-        for older in self._fallback:
-            found = older.get(request_hash)
-            # An older journal's answer counts only where this shard has none, or where it is a
-            # success: this shard's latest failure is newer than any failure an older run recorded.
-            if found is not None and (entry is None or found.status == "ok"):
-                entry = found
-        return entry
+        return self._index.get(request_hash)
 
     def put(self, entry: JournalEntry) -> None:
         self.put_many([entry])
@@ -170,53 +157,6 @@ def _line(entry: JournalEntry) -> str:
     return json.dumps(vars(entry), ensure_ascii=False) + "\n"
 
 
-_LEGACY_COLUMNS = tuple(JournalEntry.__dataclass_fields__)
-
-
-class LegacyJournal:
-    """Read-only view of the single-file journals of older runs in `RUN/journal/`."""
-
-    def __init__(self, root: Path) -> None:
-        self._index: dict[str, JournalEntry] = {}
-        for path in sorted(root.glob("answers-*.jsonl")):
-            _load_jsonl(path, self._index)
-        database = root / "answers.sqlite"
-        if database.exists():
-            self._load_sqlite(database)
-
-    def _load_sqlite(self, database: Path) -> None:
-        connection = sqlite3.connect(f"file:{database}?mode=ro", uri=True)
-        try:
-            rows = connection.execute("SELECT * FROM answers").fetchall()
-        finally:
-            connection.close()
-        for row in rows:
-            data = dict(zip(_LEGACY_COLUMNS, row, strict=True))
-            data["usage"] = json.loads(data["usage"] or "{}")
-            data["simulated"] = bool(data["simulated"])
-            entry = JournalEntry(**data)
-            if _prefer(self._index.get(entry.hash), entry):
-                self._index[entry.hash] = entry
-
-    def __bool__(self) -> bool:
-        return bool(self._index)
-
-    def get(self, request_hash: str) -> JournalEntry | None:
-        return self._index.get(request_hash)
-
-    def put(self, entry: JournalEntry) -> None:
-        raise TypeError("legacy journals are read-only")
-
-    def put_many(self, entries: list[JournalEntry]) -> None:
-        raise TypeError("legacy journals are read-only")
-
-    def entries(self) -> Iterator[JournalEntry]:
-        return iter(list(self._index.values()))
-
-    def close(self) -> None:
-        return None
-
-
 JOURNAL_DIR = "journal"
 
 
@@ -233,8 +173,9 @@ def _parse(line: str) -> JournalEntry | None:
 
 
 def _run_sources(run: str | os.PathLike[str]) -> list[Callable[[], Iterator[JournalEntry]]]:
-    """The run's entries as sources read in order: each shard file, then any legacy journal."""
+    """The run's entries as sources read in order: each shard file."""
     root = Path(run) / JOURNAL_DIR
+    refuse_single_file_journal(root)
 
     def lines(path: Path) -> Iterator[JournalEntry]:
         with open(path, encoding="utf-8") as handle:
@@ -243,10 +184,21 @@ def _run_sources(run: str | os.PathLike[str]) -> list[Callable[[], Iterator[Jour
     sources: list[Callable[[], Iterator[JournalEntry]]] = [
         partial(lines, path) for path in sorted(root.glob("*/part-*.jsonl"))
     ]
-    if any(root.glob("answers-*.jsonl")) or (root / "answers.sqlite").exists():
-        legacy = LegacyJournal(root)  # older runs only: read whole, as before
-        sources.append(legacy.entries)
     return sources
+
+
+def refuse_single_file_journal(root: Path) -> None:
+    """Refuse a run whose journal predates per-shard journals: its answers would be asked again."""
+    found = sorted(root.glob("answers-*.jsonl")) + sorted(root.glob("answers.sqlite"))
+    if found:
+        names = ", ".join(str(p) for p in found[:3]) + (
+            f" and {len(found) - 3} more" if len(found) > 3 else ""
+        )
+        raise RuntimeError(
+            f"{names}: a single-file journal of a run made before per-shard journals "
+            f"({JOURNAL_DIR}/<stage>/part-NNNNN.jsonl), which this version does not read. Finish that run "
+            "with the version that started it, or move these files away to ask their requests again."
+        )
 
 
 def _winners(sources: list[Callable[[], Iterator[JournalEntry]]]) -> tuple[np.ndarray, list[int]]:
@@ -277,7 +229,7 @@ def _winners(sources: list[Callable[[], Iterator[JournalEntry]]]) -> tuple[np.nd
 
 
 def read_run_journal(run: str | os.PathLike[str]) -> Iterator[JournalEntry]:
-    """Every entry of a run: all per-shard files plus any legacy journal, one (best) entry per hash.
+    """Every entry of a run: all per-shard files, one (best) entry per hash.
 
     Streamed: a first pass finds each hash's best entry, a second yields those entries file by
     file, so callers that aggregate (usage totals, `lenses plan`) hold one entry at a time. At 100k

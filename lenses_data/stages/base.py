@@ -308,7 +308,8 @@ class ShardedStage:
         return {}
 
     def finish(self, run: Path, shards: list[int], stats: list[ShardStats]) -> dict[str, Any]:
-        # Shards skipped by another runner (e.g. the flows' lease wrapper) carry no counts: recount.
+        # A skipped shard was finished earlier (its files are on disk): count it from those files, so
+        # a resumed stage's totals are what it wrote, whichever runner handed the stats back.
         stats = [self.recount(Path(run), s.shard) if s.skipped else s for s in stats]
         summary = summarize(self.name, stats)
         summary.update(self.extra_stats(Path(run)))

@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from training.baselines.global_only import global_scores
 from training.evaluation.ablations import SIMILARITY_VARIANTS, similarity_ablation_scores, text_only_retrieval
 from training.evaluation.config import EvalConfig
 from training.evaluation.external_runs import external_benchmarks
@@ -175,11 +174,6 @@ def _ablations(enc: EncodedSplit, cfg: EvalConfig, main_scores: np.ndarray) -> d
         )  # fmt: skip
         out[ABLATION_TITLES[variant]] = _metrics(sim, enc, cfg, protocol)
     return out
-
-
-def global_only_system(img_global: torch.Tensor, txt_global: torch.Tensor) -> np.ndarray:
-    """The fine-tuned global-only baseline is scored by plain global cosine."""
-    return global_scores(img_global, txt_global)
 
 
 def summary_lines(results: dict[str, Any]) -> list[str]:

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from training.retriever.config import LossConfig
-from training.retriever.lenses import INACTIVE, LENS_TOKENS, NEW_TOKENS, NUM_LENSES, PROMPT_TOKEN
+from training.retriever.lenses import INACTIVE, NEW_TOKENS, NUM_LENSES
 from training.retriever.losses import (
     caption_slot_loss,
     positive_mask,
@@ -81,12 +81,6 @@ def add_lens_tokens(tokenizer, model, sigma: float = 0.1, seed: int = 0) -> Toke
             out.weight[new_ids] = init.to(out.weight)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
     return TokenIds(prompt=new_ids[0], lens=tuple(new_ids[1:]), eos=eos, pad=pad)
-
-
-def token_ids_from_tokenizer(tokenizer) -> TokenIds:
-    ids = tokenizer.convert_tokens_to_ids([PROMPT_TOKEN, *LENS_TOKENS])
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    return TokenIds(prompt=ids[0], lens=tuple(ids[1:]), eos=tokenizer.eos_token_id, pad=pad)
 
 
 def last_token_states(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

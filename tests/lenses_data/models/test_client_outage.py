@@ -190,7 +190,7 @@ def test_outage_left_in_an_older_journal_is_asked_again_not_replayed(tmp_path: P
     digest = request_hash(request, models.validator, None, models.choice_style("validator"))
     path = shard_journal_path(tmp_path, "validate", 0)
     path.parent.mkdir(parents=True)
-    older = ShardJournal(path, False, [])
+    older = ShardJournal(path, False)
     older.put(
         JournalEntry(digest, "v:1", "validator", "test/validator", "failed", None, "server_error", "500")
     )

@@ -1,6 +1,6 @@
 """The per-shard response journal persists, replays answered requests, re-asks failures, keeps usage
-for cost accounting, never lets a failure overwrite a success, reads older single-file journals, and
-never replays simulated answers against a real model."""
+for cost accounting, never lets a failure overwrite a success, refuses the single-file journals of
+older versions, and never replays simulated answers against a real model."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from lenses_data.models.calls import RoleRuntime, _replay
 from lenses_data.models.client import ModelClient, ModelRequest
 from lenses_data.models.journal import (
     JournalEntry,
-    LegacyJournal,
     ShardJournal,
     read_run_journal,
     shard_journal_path,
@@ -97,42 +96,27 @@ def test_torn_last_line_is_skipped(tmp_path: Path) -> None:
     again.close()
 
 
-def _legacy_sqlite(root: Path, entries: list[JournalEntry]) -> None:
-    """A journal as older runs wrote it: RUN/journal/answers.sqlite, WAL mode."""
-    import json
-    import sqlite3
-    from dataclasses import asdict
-
+def _single_file_journal(root: Path, name: str) -> None:
+    """A journal as versions before per-shard journals wrote it: RUN/journal/answers.sqlite, or
+    answers-<pid>-<n>.jsonl (only its presence matters: it is refused, not read)."""
     root.mkdir(parents=True, exist_ok=True)
-    db = sqlite3.connect(root / "answers.sqlite")
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute(
-        "CREATE TABLE answers (hash TEXT PRIMARY KEY, key TEXT, role TEXT, model TEXT, status TEXT, "
-        "raw TEXT, error_code TEXT, error_message TEXT, attempts INTEGER, usage TEXT, simulated INTEGER, "
-        "created REAL)"
-    )
-    for entry in entries:
-        row = asdict(entry)
-        row["usage"], row["simulated"] = json.dumps(entry.usage), int(entry.simulated)
-        db.execute("INSERT INTO answers VALUES (" + ",".join("?" * len(row)) + ")", list(row.values()))
-    db.commit()
-    db.close()
+    (root / name).write_text(json.dumps(asdict(_entry("old"))) + "\n")
 
 
-def test_older_run_journals_stay_readable(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["answers.sqlite", "answers-123-456.jsonl"])
+def test_a_single_file_journal_of_an_older_version_is_refused_by_name(tmp_path: Path, name: str) -> None:
     root = tmp_path / "journal"
-    _legacy_sqlite(root, [_entry("old-ok"), _entry("old-failed", status="failed", raw="MAYBE")])
-    (root / "answers-123-456.jsonl").write_text(json.dumps(asdict(_entry("old-jsonl"))) + "\n")
-    legacy = LegacyJournal(root)
-    shard = ShardJournal(shard_journal_path(tmp_path, "filter", 0), fallback=[legacy])
-    assert shard.get("old-ok").raw == "YES" and shard.get("old-jsonl") is not None
-    shard.put(_entry("old-failed"))  # answered again in this run: the new success wins
-    assert shard.get("old-failed").status == "ok"
-    shard.put(_entry("new"))
-    shard.close()
-    every = {entry.hash: entry.status for entry in read_run_journal(tmp_path)}
-    assert every == {"old-ok": "ok", "old-failed": "ok", "old-jsonl": "ok", "new": "ok"}
-    assert usage_totals(read_run_journal(tmp_path))["m"]["requests"] == 4
+    _single_file_journal(root, name)
+    with pytest.raises(RuntimeError, match=rf"{name}: a single-file journal .* move these files away"):
+        list(read_run_journal(tmp_path))
+    client = ModelClient.from_config(sim_models_config(["http://127.0.0.1:9/v1"]), journal_dir=root)
+    with (
+        pytest.raises(RuntimeError, match=name),
+        client.shard_journal(shard_journal_path(tmp_path, "filter", 0)),
+    ):
+        pass
+    client.close()
+    assert not shard_journal_path(tmp_path, "filter", 0).exists()  # nothing written beside it
 
 
 def _whole_run_in_one_dict(run: Path) -> dict[str, JournalEntry]:
@@ -140,8 +124,7 @@ def _whole_run_in_one_dict(run: Path) -> dict[str, JournalEntry]:
     index: dict[str, JournalEntry] = {}
     root = run / "journal"
     paths = sorted(root.glob("*/part-*.jsonl"))
-    older = list(LegacyJournal(root).entries())
-    for entry in [e for path in paths for e in ShardJournal(path).entries()] + older:
+    for entry in [e for path in paths for e in ShardJournal(path).entries()]:
         current = index.get(entry.hash)
         if current is None or current.status != "ok" or entry.status == "ok":
             index[entry.hash] = entry
@@ -150,7 +133,7 @@ def _whole_run_in_one_dict(run: Path) -> dict[str, JournalEntry]:
 
 def test_streamed_run_journal_equals_reading_every_file_at_once(tmp_path: Path) -> None:
     """Several stages and shards, the same request in several files (success before and after a
-    failure, failures only), repeats inside a file, a torn last line and an older run's journal."""
+    failure, failures only), repeats inside a file and a torn last line."""
     rng = random.Random(17)
     models = ("m", "other")
     histories: dict[str, list[str]] = {}
@@ -168,7 +151,6 @@ def test_streamed_run_journal_equals_reading_every_file_at_once(tmp_path: Path) 
             journal.close()
     with shard_journal_path(tmp_path, "generate", 1).open("a") as handle:
         handle.write('{"hash": "torn", "key": "k-torn", "ro')
-    _legacy_sqlite(tmp_path / "journal", [_entry("h3", status="failed"), _entry("legacy-only")])
     mixed = [h for h, seen in histories.items() if "ok" in seen and "failed" in seen]
     assert len(mixed) > 20 and any("ok" not in seen for seen in histories.values())
 
@@ -178,7 +160,7 @@ def test_streamed_run_journal_equals_reading_every_file_at_once(tmp_path: Path) 
     assert {e.hash: asdict(e) for e in streamed} == {h: asdict(e) for h, e in expected.items()}
     totals = usage_totals(read_run_journal(tmp_path))
     assert totals == usage_totals(expected.values())
-    assert sum(bucket["requests"] for bucket in totals.values()) == len(histories) + 1  # + legacy-only
+    assert sum(bucket["requests"] for bucket in totals.values()) == len(histories)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,31 +210,8 @@ def _read_back(
         journal = _shard(run, entries, reopen=False)
     elif reader == "shard, reopened":
         journal = _shard(run, entries, reopen=True)
-    elif reader == "shard over an older run's journal":
-        _jsonl(root / "answers-1-1.jsonl", first)
-        journal = ShardJournal(shard_journal_path(run, "filter", 0), fallback=[LegacyJournal(root)])
-        for entry in rest:
-            journal.put(entry)
-        got = journal.get("h")
-        journal.close()
-        return got, None
-    elif reader == "legacy JSONL":
-        _jsonl(root / "answers-1-1.jsonl", entries)
-        journal = LegacyJournal(root)
-    elif reader == "legacy JSONL, one file per process":
-        for index, entry in enumerate(entries):
-            _jsonl(root / f"answers-{index}-1.jsonl", [entry])
-        journal = LegacyJournal(root)
-    elif reader == "legacy SQLite holds the last answer":  # as INSERT OR REPLACE left it
-        _jsonl(root / "answers-1-1.jsonl", entries[:-1])
-        _legacy_sqlite(root, entries[-1:])
-        journal = LegacyJournal(root)
-    elif reader == "legacy SQLite holds the first answer":
-        _legacy_sqlite(root, first)
-        _jsonl(root / "answers-1-1.jsonl", rest)
-        journal = LegacyJournal(root)
-    else:  # the whole run, as the manifest's usage and `lenses` reports read it
-        _legacy_sqlite(root, first)
+    else:  # the whole run, as the manifest's usage and `lenses` reports read it: two stages' files
+        _jsonl(root / "generate" / "part-00000.jsonl", first)
         _shard(run, rest, reopen=False).close()
         listed = [e for e in read_run_journal(run) if e.hash == "h"]
         return (listed[0] if len(listed) == 1 else None), listed
@@ -264,11 +223,6 @@ def _read_back(
 READERS = (
     "shard, in memory",
     "shard, reopened",
-    "shard over an older run's journal",
-    "legacy JSONL",
-    "legacy JSONL, one file per process",
-    "legacy SQLite holds the last answer",
-    "legacy SQLite holds the first answer",
     "whole run (read_run_journal)",
 )
 
@@ -349,13 +303,3 @@ def test_fsync_group_commit_journals_every_answer(sim_url: str, tmp_path: Path) 
     stored = {e.key: e.raw for e in journal.entries()}
     journal.close()
     assert stored == {r.key: r.raw for r in results} and all(r.ok for r in results)
-
-
-def test_the_shards_own_latest_failure_wins_over_an_older_runs_failure(tmp_path: Path) -> None:
-    root = tmp_path / "journal"
-    _legacy_sqlite(root, [_entry("h", status="failed", raw="OLD")])
-    shard = ShardJournal(shard_journal_path(tmp_path, "filter", 0), fallback=[LegacyJournal(root)])
-    assert shard.get("h").raw == "OLD"  # nothing of its own yet: the older run's answer
-    shard.put(_entry("h", status="failed", raw="NEW"))
-    assert shard.get("h").raw == "NEW"
-    shard.close()
