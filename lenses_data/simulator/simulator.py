@@ -33,14 +33,14 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from lenses_data.config.models import STRUCTURED_OUTPUTS_SINCE, version_tuple
-from lenses_data.config.simulator import SimContentSettings, SimServerFaults, SimulatorSettings
+from lenses_data.config.simulator import SimulatorSettings
 from lenses_data.models.types import KEY_HEADER, SIMULATED_MODEL_PREFIX
 from lenses_data.simulator.asgi_thread import free_port, serve_in_thread
 from lenses_data.simulator.simcontent import answer_content, completion_payload, request_texts
@@ -67,22 +67,17 @@ FAULT_KINDS = (
 )
 
 
-class SimConfig(BaseModel):
+class SimConfig(SimulatorSettings):
+    """The simulator server's settings: the pipeline config's `simulator` section (what a dry run
+    sets, declared once in `SimulatorSettings`) plus what only tests and benchmarks set."""
+
     model_config = ConfigDict(extra="forbid")
 
-    seed: int = 0
-    latency_s: float = Field(default=0.0, ge=0, description="Fixed delay before every answer")
     latency_jitter_s: float = Field(default=0.0, ge=0)
-    yes_rate: float = Field(default=0.3, ge=0, le=1, description="Share of YES for a YES/NO choice")
     faults: dict[str, float] = Field(default_factory=dict, description="fault kind -> rate in [0, 1]")
     faults_until_attempt: int | None = Field(
         default=None, description="Attempts numbered >= this never fault (guarantees eventual success)"
     )
-    replicas: int = Field(
-        default=0, ge=0, description="Latency model: replicas serving one request at a time (0: unlimited)"
-    )
-    prefill_tps: float = Field(default=0.0, ge=0, description="Prompt tokens/s per replica (0: free)")
-    decode_tps: float = Field(default=0.0, ge=0, description="Completion tokens/s per replica (0: free)")
     hang_s: float = Field(default=30.0, description="How long a hang lasts (beyond the client timeout)")
     hold_until_in_flight: int | None = Field(
         default=None,
@@ -110,10 +105,6 @@ class SimConfig(BaseModel):
         gt=0,
         description="Served context: listed per model in /v1/models, and a request whose prompt (words) "
         "plus max_tokens exceeds it is refused with HTTP 400, as vLLM refuses it; None: unlimited, unlisted",
-    )
-    content: SimContentSettings = Field(default_factory=SimContentSettings)
-    server_faults: SimServerFaults = Field(
-        default_factory=SimServerFaults, description="What real servers do: always, not by rate"
     )
     scripted: dict[str, list[str]] = Field(
         default_factory=dict,

@@ -185,3 +185,18 @@ def test_listing_answers_follow_the_request_identity(sim_url: str) -> None:
     assert ask("captions", "caption", "BBBB") != first
     focus = {i["Focus"] for i in json.loads(first)}
     assert focus & {p["Focus"] for p in json.loads(ask("image_side_prompts", "prompt", "AAAA"))}
+
+
+def test_every_dry_run_setting_reaches_the_server_and_is_declared_once() -> None:
+    # SimConfig is the `simulator` section plus test-only knobs: a setting added to the section
+    # reaches the server without being written twice (issue 34, "each fact once").
+    from lenses_data.config.simulator import SimContentSettings, SimulatorSettings
+
+    assert issubclass(SimConfig, SimulatorSettings)
+    assert not set(SimConfig.__annotations__) & set(SimulatorSettings.model_fields)
+    settings = SimulatorSettings(
+        yes_rate=0.85, seed=7, latency_s=0.01, replicas=2, prefill_tps=300.0, decode_tps=900.0,
+        content=SimContentSettings(text_discard_rate=0.2),
+    )  # fmt: skip
+    config = SimConfig.from_settings(settings)
+    assert config.model_dump(include=set(SimulatorSettings.model_fields)) == settings.model_dump()
