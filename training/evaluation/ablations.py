@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from training.baselines.global_only import global_scores
 from training.evaluation.metrics import grouped_retrieval_metrics
 from training.evaluation.scoring import all_lens_text_slots, score_lens_slots, text_active
+from training.retriever.similarity import smooth_chamfer, with_global_fallback
 
 SimilarityVariant = Literal["global", "no_mask", "lens_masked", "lens_masked_global"]
 SIMILARITY_VARIANTS: tuple[str, ...] = ("global", "no_mask", "lens_masked", "lens_masked_global")
@@ -59,14 +60,15 @@ def no_mask_scores(
             # Image side: per active image slot, logsumexp over the caption's active slots.
             per_slot = torch.logsumexp(logits, dim=3)  # [b, S, c]
             per_slot = torch.where(both.any(3), per_slot, torch.zeros_like(per_slot))
-            side_img = per_slot.sum(1) / n_img_slots.clamp(min=1)[:, None]
             # Text side: per active text slot, logsumexp over the image's active slots.
             per_txt = torch.logsumexp(logits, dim=1)  # [b, c, 5]
             per_txt = torch.where(both.any(1), per_txt, torch.zeros_like(per_txt))
-            side_txt = per_txt.sum(2) / act.sum(1).clamp(min=1)[None]
-            chamfer = (side_img + side_txt) / (alpha * denominator)
+            partners = (n_img_slots[:, None], act.sum(1)[None])  # every active slot meets every other
+            chamfer = smooth_chamfer(
+                per_slot.sum(1), partners[0], per_txt.sum(2), partners[1], alpha, denominator
+            )
             has_any = (n_img_slots > 0)[:, None] & act.any(1)[None]
-            out[sl, tl] = torch.where(has_any, chamfer, gv @ gu_all[tl].T).numpy()
+            out[sl, tl] = with_global_fallback(chamfer, has_any, gv, gu_all[tl], True, denominator).numpy()
     return out
 
 

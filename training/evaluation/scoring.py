@@ -6,7 +6,9 @@ of `training.retriever.similarity` (Eq. 4). `lens_similarity_with_details` there
 every image slot with every text slot; here the same numbers come from matrix products per
 lens (an image slot of lens l only ever meets text slot l: 5x less work) over slots grouped
 in "levels" so per-image log-sum-exps are slices, not scatters. That keeps 5,500 x 38,259
-feasible on a CPU; `tests/training/evaluation/test_scoring.py` checks the two agree.
+feasible on a CPU; `tests/training/evaluation/test_scoring.py` checks the two agree. Only the
+sums are computed here: the formula over them, the global fallback and the no-match floor are
+`training.retriever.similarity`'s (`smooth_chamfer`, `with_global_fallback`, `no_match_floor`).
 
 `score_one_lens` is the same score with a single lens taking part (image c-slots against the
 text c-slot), the scores of the lens-slot protocol (`training.evaluation.lens_slot`).
@@ -24,8 +26,8 @@ import torch
 import torch.nn.functional as F
 
 from training.evaluation.metrics import N_LENSES
-
-INACTIVE = -1
+from training.retriever.lenses import INACTIVE
+from training.retriever.similarity import no_match_floor, smooth_chamfer, with_global_fallback
 
 
 def all_lens_text_slots(n_texts: int) -> torch.Tensor:
@@ -127,8 +129,7 @@ def _chamfer_block(img: _ImageBlock, u: torch.Tensor, active: torch.Tensor, alph
         txt_sum.index_add_(0, levels.rows, side_txt)
     img_cnt = img.slot_counts @ act.T  # partnered image slots per pair
     txt_cnt = (img.slot_counts > 0).float() @ act.T  # partnered text slots per pair
-    chamfer = (img_sum / img_cnt.clamp(min=1) + txt_sum / txt_cnt.clamp(min=1)) / (alpha * denominator)
-    return chamfer, txt_cnt > 0
+    return smooth_chamfer(img_sum, img_cnt, txt_sum, txt_cnt, alpha, denominator), txt_cnt > 0
 
 
 @torch.no_grad()
@@ -158,7 +159,6 @@ def score_lens_slots(
     active = text_active(txt_slot_lens)
     if img_slot_lens.shape != img_slots.shape[:2] or txt_slots.shape[1] != N_LENSES:
         raise ValueError("img_slot_lens must be [n_img, S] and txt_slots [n_txt, 5, d]")
-    floor = -2.0 / denominator - 1.0
     out = np.empty((n_img, n_txt), dtype=np.float32)
     for i0 in range(0, n_img, image_chunk):
         sl = slice(i0, i0 + image_chunk)
@@ -168,11 +168,9 @@ def score_lens_slots(
             tl = slice(t0, t0 + text_chunk)
             u = F.normalize(txt_slots[tl].float(), dim=-1)
             chamfer, has_any = _chamfer_block(img, u, active[tl], alpha, denominator)
-            if fallback:  # text globals normalised per chunk: repeated row-block calls stay bounded
-                backup = gv @ F.normalize(txt_global[tl].float(), dim=-1).T
-            else:
-                backup = torch.full_like(chamfer, floor)
-            out[sl, tl] = torch.where(has_any, chamfer, backup).numpy()
+            # Text globals normalised per chunk: repeated row-block calls stay bounded.
+            gu = F.normalize(txt_global[tl].float(), dim=-1)
+            out[sl, tl] = with_global_fallback(chamfer, has_any, gv, gu, fallback, denominator).numpy()
     return out
 
 
@@ -212,10 +210,11 @@ def score_one_lens(
             if fallback:
                 block = gv @ F.normalize(txt_global[tl].float(), dim=-1).T
             else:
-                block = torch.full((img.n, txt_slot[tl].shape[0]), -2.0 / denominator - 1.0)
+                block = torch.full((img.n, txt_slot[tl].shape[0]), no_match_floor(denominator))
             if levels is not None:
                 side_img, side_txt = _lens_sides(levels, alpha * F.normalize(txt_slot[tl].float(), dim=-1))
-                n_slots = count[levels.rows, None]
-                block[levels.rows] = (side_img / n_slots + side_txt) / (alpha * denominator)
+                n_slots = count[levels.rows, None]  # the one text slot is every image slot's partner
+                one = torch.ones_like(n_slots)
+                block[levels.rows] = smooth_chamfer(side_img, n_slots, side_txt, one, alpha, denominator)
             out[sl, tl] = block.numpy()
     return out

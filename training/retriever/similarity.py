@@ -48,6 +48,36 @@ def no_match_floor(denominator: float) -> float:
     return -2.0 / denominator - 1.0
 
 
+def smooth_chamfer(
+    img_side_sum: torch.Tensor,  # [..] sum over partnered image slots of logsumexp_j(alpha * S[i, j])
+    img_partners: torch.Tensor,  # [..] how many image slots have a partner
+    txt_side_sum: torch.Tensor,  # [..] the same over partnered text slots
+    txt_partners: torch.Tensor,  # [..]
+    alpha: float,
+    denominator: float,
+) -> torch.Tensor:
+    """Eq. 4 from the two sides' logsumexp sums: each side averaged over its partnered slots, the
+    sum over `alpha * denominator`. The one place the formula is written (the evaluation's per-lens
+    scorer, `training.evaluation.scoring`, computes the sums another way and calls this too)."""
+    side_img = img_side_sum / img_partners.clamp(min=1)
+    side_txt = txt_side_sum / txt_partners.clamp(min=1)
+    return (side_img + side_txt) / (alpha * denominator)
+
+
+def with_global_fallback(
+    chamfer: torch.Tensor,  # [ci, ct]
+    has_any: torch.Tensor,  # [ci, ct] bool: the pair has a same-lens active slot pair
+    img_global: torch.Tensor,  # [ci, d] unit rows
+    txt_global: torch.Tensor,  # [ct, d] unit rows
+    fallback: bool,
+    denominator: float,
+) -> torch.Tensor:
+    """The smooth-Chamfer score where a pair has a same-lens slot pair, else the global cosine
+    (`fallback`) or the no-match floor."""
+    backup = img_global @ txt_global.T if fallback else torch.full_like(chamfer, no_match_floor(denominator))
+    return torch.where(has_any, chamfer, backup)
+
+
 def _pair_block(
     v: torch.Tensor,  # [ci, Si, d] unit rows
     v_lens: torch.Tensor,  # [ci, Si]
@@ -71,9 +101,9 @@ def _pair_block(
     txt_has = same.any(dim=2)  # [ci, ct, St]
     lse_img = torch.where(img_has, torch.logsumexp(logits, dim=3), torch.zeros_like(img_has, dtype=cos.dtype))
     lse_txt = torch.where(txt_has, torch.logsumexp(logits, dim=2), torch.zeros_like(txt_has, dtype=cos.dtype))
-    side_img = lse_img.sum(-1) / img_has.sum(-1).clamp(min=1)
-    side_txt = lse_txt.sum(-1) / txt_has.sum(-1).clamp(min=1)
-    chamfer = (side_img + side_txt) / (alpha * denominator)  # [ci, ct]
+    chamfer = smooth_chamfer(
+        lse_img.sum(-1), img_has.sum(-1), lse_txt.sum(-1), txt_has.sum(-1), alpha, denominator
+    )  # [ci, ct]
 
     has_any = img_has.any(dim=2)  # [ci, ct]
     best_per_img_slot = torch.where(same, cos, torch.full_like(cos, -3.0)).amax(dim=3)  # [ci, ct, Si]
@@ -142,8 +172,7 @@ def lens_similarity_with_details(
             chamfer, has_any, best = _pair_block(
                 v[sl_i], v_lens[sl_i], u[sl_t], u_lens[sl_t], alpha, denominator
             )
-            backup = gv[sl_i] @ gu[sl_t].T if fallback else torch.full_like(chamfer, floor)
-            cols.append(torch.where(has_any, chamfer, backup))
+            cols.append(with_global_fallback(chamfer, has_any, gv[sl_i], gu[sl_t], fallback, denominator))
             fb_cols.append(~has_any)
             best_cols.append(best)
         rows.append(torch.cat(cols, dim=1))

@@ -189,3 +189,18 @@ def test_zero_slot_sets_fall_back_everywhere():
     no_txt_slots = (*inputs[:3], inputs[3][:, :0], inputs[4][:, :0], inputs[5])
     floor = lens_similarity(*no_txt_slots, fallback=False)
     assert floor.shape == (5, 7) and bool((floor == no_match_floor(2.0)).all())
+
+
+def test_the_score_formula_is_written_once():
+    # Eq. 4's combination of the two sides, the global fallback and the no-match floor live here;
+    # the evaluation's faster scorers (scoring.py, the no-mask ablation) compute the sums their own
+    # way and call `smooth_chamfer` / `with_global_fallback` / `no_match_floor` (issue 34, part 4).
+    import re
+    from pathlib import Path
+
+    training = Path(__file__).resolve().parents[3] / "training"
+    formula = re.compile(r"alpha \* denominator|/ denominator - 1|-2\.0 / denominator")
+    written = sorted(
+        p.relative_to(training).as_posix() for p in training.rglob("*.py") if formula.search(p.read_text())
+    )
+    assert written == ["retriever/similarity.py"]
