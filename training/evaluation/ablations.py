@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from training.baselines.global_only import global_scores
 from training.evaluation.metrics import grouped_retrieval_metrics
 from training.evaluation.scoring import all_lens_text_slots, score_lens_slots, text_active
+from training.retriever.config import SMOOTH_CHAMFER_ALPHA, SMOOTH_CHAMFER_DENOMINATOR
 from training.retriever.similarity import smooth_chamfer, with_global_fallback
 
 SimilarityVariant = Literal["global", "no_mask", "lens_masked", "lens_masked_global"]
@@ -32,8 +33,8 @@ def no_mask_scores(
     txt_global: torch.Tensor,
     *,
     txt_slot_lens: torch.Tensor | None = None,
-    alpha: float = 16.0,
-    denominator: float = 2.0,
+    alpha: float = SMOOTH_CHAMFER_ALPHA,
+    denominator: float = SMOOTH_CHAMFER_DENOMINATOR,
     image_chunk: int = 128,
     text_chunk: int = 1024,
 ) -> np.ndarray:
@@ -80,8 +81,8 @@ def similarity_ablation_scores(
     txt_slots: torch.Tensor,
     txt_global: torch.Tensor,
     *,
-    alpha: float = 16.0,
-    denominator: float = 2.0,
+    alpha: float = SMOOTH_CHAMFER_ALPHA,
+    denominator: float = SMOOTH_CHAMFER_DENOMINATOR,
 ) -> np.ndarray:
     """Scores of one similarity variant on fixed embeddings (all five text slots active)."""
     if variant == "global":

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from lenses_data.config import deep_merge
 from training.baselines.clip_finetune_config import ClipFinetuneSection
 from training.evaluation.external_config import ExternalSection
+from training.retriever.config import SMOOTH_CHAMFER_ALPHA, SMOOTH_CHAMFER_DENOMINATOR
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"  # training/configs
 
@@ -20,8 +21,10 @@ class _Section(BaseModel):
 
 
 class ScoringSection(_Section):
-    alpha: float = Field(default=16.0, description="Smooth-Chamfer temperature (supp. Sec. 7)")
-    denominator: float = 2.0
+    alpha: float = Field(
+        default=SMOOTH_CHAMFER_ALPHA, description="Smooth-Chamfer temperature (supp. Sec. 7)"
+    )
+    denominator: float = SMOOTH_CHAMFER_DENOMINATOR
     fallback: bool = True
     text_slots: Literal["all", "label"] = Field(
         default="all", description="all = inference (five lens slots, no label); label = caption's lens only"

@@ -50,6 +50,7 @@ from training.evaluation.ranking import (
     to_numpy_block,
 )
 from training.evaluation.scoring import all_lens_text_slots, score_one_lens, text_active
+from training.retriever.config import SMOOTH_CHAMFER_ALPHA, SMOOTH_CHAMFER_DENOMINATOR
 
 MISS = np.iinfo(np.int64).max  # rank of a query that cannot be matched: beyond every K
 SlotGallery = Literal["label", "active"]
@@ -62,8 +63,9 @@ class LensSlotMatrix:
     """
 
     def __init__(self, img_slots, img_slot_lens, img_global, txt_slots, txt_global, lens: int,
-                 gallery: np.ndarray, *, alpha: float = 16.0, denominator: float = 2.0,
-                 fallback: bool = True, image_chunk: int = 256, text_chunk: int = 8192) -> None:  # fmt: skip
+                 gallery: np.ndarray, *, alpha: float = SMOOTH_CHAMFER_ALPHA,
+                 denominator: float = SMOOTH_CHAMFER_DENOMINATOR, fallback: bool = True,
+                 image_chunk: int = 256, text_chunk: int = 8192) -> None:  # fmt: skip
         self.gallery = np.asarray(gallery, dtype=np.int64)
         whole = np.array_equal(self.gallery, np.arange(txt_slots.shape[0]))
         idx = slice(None) if whole else torch.as_tensor(self.gallery)
@@ -199,8 +201,8 @@ def lens_slot_metrics(
     *,
     txt_slot_lens: torch.Tensor | None = None,
     gallery: SlotGallery = "label",
-    alpha: float = 16.0,
-    denominator: float = 2.0,
+    alpha: float = SMOOTH_CHAMFER_ALPHA,
+    denominator: float = SMOOTH_CHAMFER_DENOMINATOR,
     fallback: bool = True,
     image_chunk: int = 256,
     text_chunk: int = 8192,

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from training.evaluation.metrics import N_LENSES
+from training.retriever.config import SMOOTH_CHAMFER_ALPHA, SMOOTH_CHAMFER_DENOMINATOR
 from training.retriever.lenses import INACTIVE
 from training.retriever.similarity import no_match_floor, smooth_chamfer, with_global_fallback
 
@@ -141,8 +142,8 @@ def score_lens_slots(
     txt_global: torch.Tensor,
     *,
     txt_slot_lens: torch.Tensor | None = None,
-    alpha: float = 16.0,
-    denominator: float = 2.0,
+    alpha: float = SMOOTH_CHAMFER_ALPHA,
+    denominator: float = SMOOTH_CHAMFER_DENOMINATOR,
     fallback: bool = True,
     image_chunk: int = 256,
     text_chunk: int = 8192,
@@ -183,8 +184,8 @@ def score_one_lens(
     txt_global: torch.Tensor,
     lens: int,
     *,
-    alpha: float = 16.0,
-    denominator: float = 2.0,
+    alpha: float = SMOOTH_CHAMFER_ALPHA,
+    denominator: float = SMOOTH_CHAMFER_DENOMINATOR,
     fallback: bool = True,
     image_chunk: int = 256,
     text_chunk: int = 8192,

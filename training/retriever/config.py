@@ -104,11 +104,18 @@ class DataConfig(_Section):
         return value
 
 
+# Eq. 4's smooth-Chamfer temperature and denominator, supp. Sec. 7: "a temperature of alpha = 16.0
+# and a denominator of 2.0 for the smooth Chamfer similarity module". The one place they are
+# written: training's LossConfig, evaluation's ScoringSection and every scorer's defaults.
+SMOOTH_CHAMFER_ALPHA = 16.0
+SMOOTH_CHAMFER_DENOMINATOR = 2.0
+
+
 class LossConfig(_Section):
     mode: Literal["lens", "global"] = Field(default="lens", description="global = fine-tuned BGE-VL baseline")
     tau: float = 0.07
-    alpha: float = 16.0
-    denominator: float = 2.0
+    alpha: float = SMOOTH_CHAMFER_ALPHA
+    denominator: float = SMOOTH_CHAMFER_DENOMINATOR
     fallback: bool = True
     tau_s: float = Field(default=0.07, description="Not given in the paper; set equal to tau")
     div_margin: float = Field(default=0.5, description="Not given in the paper (alpha in [0, 1] of Eq. 9)")

@@ -7,8 +7,9 @@ interact. With S the slot-slot cosine matrix restricted to those pairs,
     side_txt = mean over text slots j with >= 1 partner of   logsumexp_i(alpha * S[i, j]) / alpha
     s(b, n)  = (side_img + side_txt) / denominator
 
-which is the DivE/SetDiv smooth-Chamfer form (alpha=16, denominator=2 in the paper; the paper's
-"Z/Z" normaliser is read as "average over the slots that take part"). When a pair has no
+which is the DivE/SetDiv smooth-Chamfer form (alpha 16, denominator 2 in the paper, written once
+as `training.retriever.config.SMOOTH_CHAMFER_*`; the paper's "Z/Z" normaliser is read as "average
+over the slots that take part"). When a pair has no
 same-lens active slot pair, the score is the cosine of the two global embeddings (`fallback`),
 or NO-MATCH floor `-2/denominator - 1`, strictly below any smooth-Chamfer score (each side is
 >= -1), when `fallback=False`.
@@ -24,6 +25,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from training.retriever.config import SMOOTH_CHAMFER_ALPHA, SMOOTH_CHAMFER_DENOMINATOR
 
 DEFAULT_CHUNK = 64
 
@@ -136,8 +139,8 @@ def lens_similarity_with_details(
     txt_slot_lens: torch.Tensor,
     txt_global: torch.Tensor,
     *,
-    alpha: float = 16.0,
-    denominator: float = 2.0,
+    alpha: float = SMOOTH_CHAMFER_ALPHA,
+    denominator: float = SMOOTH_CHAMFER_DENOMINATOR,
     fallback: bool = True,
     chunk_images: int = DEFAULT_CHUNK,
     chunk_texts: int = 4 * DEFAULT_CHUNK,
@@ -189,8 +192,8 @@ def lens_similarity(
     txt_slot_lens: torch.Tensor,
     txt_global: torch.Tensor,
     *,
-    alpha: float = 16.0,
-    denominator: float = 2.0,
+    alpha: float = SMOOTH_CHAMFER_ALPHA,
+    denominator: float = SMOOTH_CHAMFER_DENOMINATOR,
     fallback: bool = True,
 ) -> torch.Tensor:
     """Lens-aware score matrix [n_img, n_txt] (float32); see `lens_similarity_with_details`."""

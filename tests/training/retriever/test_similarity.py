@@ -204,3 +204,30 @@ def test_the_score_formula_is_written_once():
         p.relative_to(training).as_posix() for p in training.rglob("*.py") if formula.search(p.read_text())
     )
     assert written == ["retriever/similarity.py"]
+
+
+def test_alpha_and_denominator_are_written_once():
+    # Supp. Sec. 7's alpha = 16.0 and denominator 2.0 are `SMOOTH_CHAMFER_*` of training.retriever.config;
+    # every scorer's signature and both configs default to those names, never to a number.
+    import inspect
+    import re
+    from pathlib import Path
+
+    from training.evaluation.config import ScoringSection
+    from training.evaluation.scoring import score_lens_slots
+    from training.retriever.config import SMOOTH_CHAMFER_ALPHA, SMOOTH_CHAMFER_DENOMINATOR, LossConfig
+
+    training = Path(__file__).resolve().parents[3] / "training"
+    literal = re.compile(r"\b(alpha|denominator)\s*(: float)?\s*=\s*(Field\(default=)?[0-9]")
+    restated = [
+        f"{p.relative_to(training).as_posix()}: {line.strip()}"
+        for p in training.rglob("*.py")
+        for line in p.read_text().splitlines()
+        if literal.search(line.split("#")[0]) and "lora" not in line.lower()
+    ]
+    assert restated == []
+    defaults = (SMOOTH_CHAMFER_ALPHA, SMOOTH_CHAMFER_DENOMINATOR) == (16.0, 2.0)
+    assert defaults and (LossConfig().alpha, LossConfig().denominator) == (16.0, 2.0)
+    assert (ScoringSection().alpha, ScoringSection().denominator) == (16.0, 2.0)
+    signature = inspect.signature(score_lens_slots).parameters
+    assert (signature["alpha"].default, signature["denominator"].default) == (16.0, 2.0)
