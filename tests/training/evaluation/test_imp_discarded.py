@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 from lenses_data import io  # noqa: E402
 from lenses_data.schemas import LensText, Rejection  # noqa: E402
 from training.evaluation.config import EvalConfig  # noqa: E402
-from training.evaluation.imp_discarded import lens_pair_scores  # noqa: E402
+from training.evaluation.imp_discarded import lens_pair_scores, one_per_image, split_negative_columns  # noqa: E402
 from training.evaluation.inputs import discarded_captions, split_labels  # noqa: E402
 from training.evaluation.scoring import all_lens_text_slots, score_lens_slots  # noqa: E402
 
@@ -42,13 +42,14 @@ def build_run(tiny_export: Path, root: Path, split: str) -> tuple[Path, dict[str
     other = str(images[images["split"] != split]["image_id"].iloc[0])
     first, second = ids[0], ids[1]
     texts = [_text("d1", first), _text("d0", first), _text("v1", second), _text("p1", second, "prompt"),
-             _text("x1", other), _text("r1", second)]  # fmt: skip
+             _text("x1", other), _text("r1", second), _text("a1", second)]  # fmt: skip
     rejections = [_rejection("d1", first), _rejection("d0", first), _rejection("v1", second, "visual_validate"),
                   _rejection("p1", second), _rejection("x1", other), _rejection("r1", second, "rules", "too_long"),
-                  _rejection("gone", second)]  # fmt: skip
+                  _rejection("gone", second), _rejection("a1", second)]  # fmt: skip
     io.write_table(export / "rejections.parquet", io.to_table(rejections, Rejection))
     io.write_shard(root / "run", "generate", 0, texts, LensText)
-    return export, {first: ["d0", "d1"], second: ["v1"]}
+    # per image the visual validator's discards first (v1 before a1), then by text id
+    return export, {first: ["d0", "d1"], second: ["v1", "a1"]}
 
 
 def test_reader_keeps_the_validators_discarded_captions_of_the_split(tiny_export, tmp_path):
@@ -58,8 +59,12 @@ def test_reader_keeps_the_validators_discarded_captions_of_the_split(tiny_export
     # prompts, other splits, other stages' reasons and texts missing from generate are left out
     assert got.texts == [f"discarded {t}" for ids in want.values() for t in ids]
     assert got.image.tolist() == [labels.image_ids.index(i) for i, ids in want.items() for _ in ids]
-    assert got.lens.tolist() == [4, 4, 4]
-    assert "3 discarded captions" in got.note and "(2 discarded texts not captions" in got.note
+    assert got.lens.tolist() == [4, 4, 4, 4]
+    assert got.text_ids == [t for ids in want.values() for t in ids]
+    assert got.validator == ["validate", "validate", "visual_validate", "validate"]
+    assert "4 discarded captions" in got.note and "(2 discarded texts not captions" in got.note
+    chosen = one_per_image(got)  # IMP's one negative per image: the visual validator's where there is one
+    assert chosen.text_ids == ["d0", "v1"] and chosen.image.tolist() == got.image[[0, 2]].tolist()
     none = discarded_captions(str(tiny_export), None, labels)  # an export without rejections.parquet
     assert none.texts == [] and "rejections.parquet" in none.note
     no_run = discarded_captions(str(export), str(tmp_path / "elsewhere"), labels)
@@ -99,8 +104,26 @@ def test_evaluate_counts_discarded_and_shifted_negatives_per_system(tiny_export,
     n_images = len(set(labels.caption_image.tolist()))
     clip = next(v for k, v in data["imp"].items() if k.startswith("Zero-shot open_clip"))
     assert clip["n_negatives_discarded"] == len(want) and clip["n_negatives_shifted"] == n_images - len(want)
+    assert clip["negatives"].startswith("same image's discarded caption: 1 visual-, 1 text-validator")
     lens = data["imp"]["Lenses (lens-masked + global)"]
     assert lens["n_negatives_discarded"] == 0 and lens["n_negatives"] == n_images
+    assert (
+        lens["negatives"].startswith("another image's caption (shifted)")
+        and "encodings_dir" in lens["negatives"]
+    )
     meta = data["meta"]["imp_negatives"]
     assert meta["scored_by"] == [next(k for k in data["imp"] if k.startswith("Zero-shot open_clip"))]
-    assert "3 discarded captions" in meta["source"]
+    assert "4 discarded captions" in meta["source"]
+
+
+def test_split_negative_columns_reads_each_chosen_text_with_its_own_image():
+    from training.evaluation.types import DiscardedTexts
+
+    sim = np.arange(3 * 6, dtype=np.float32).reshape(3, 6)  # 3 images, 4 captions + 2 chosen texts
+    chosen = DiscardedTexts(["x", "y"], np.array([2, 0]), np.array([0, 0]), "", ["x", "y"], ["validate"] * 2)
+    systems, pairs = split_negative_columns({"a": sim, "b": sim[:, :4]}, 4, chosen)
+    np.testing.assert_array_equal(systems["a"], sim[:, :4])
+    np.testing.assert_array_equal(pairs["a"], [sim[2, 4], sim[0, 5]])
+    assert "b" not in pairs  # scored without the chosen texts: falls back, never misread
+    with pytest.raises(ValueError, match="5 score columns"):
+        split_negative_columns({"c": sim[:, :5]}, 4, chosen)
