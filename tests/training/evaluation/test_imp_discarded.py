@@ -127,3 +127,86 @@ def test_split_negative_columns_reads_each_chosen_text_with_its_own_image():
     assert "b" not in pairs  # scored without the chosen texts: falls back, never misread
     with pytest.raises(ValueError, match="5 score columns"):
         split_negative_columns({"c": sim[:, :5]}, 4, chosen)
+
+
+def _tiny_open_clip_weights(path: Path) -> tuple[str, str]:
+    """(architecture JSON, weights file) of a tiny random open_clip saved once, so that every load
+    (the run's and the test's own) has the same weights."""
+    from training.baselines.open_clip import load_open_clip
+
+    arch = str(Path(__file__).resolve().parents[3] / "training" / "configs" / "eval-tiny-openclip.json")
+    torch.manual_seed(0)
+    model, _, _ = load_open_clip("tiny", model_config=arch)
+    torch.save(model.state_dict(), path)
+    return arch, str(path)
+
+
+@pytest.mark.slow
+def test_every_imp_system_scores_the_same_images_discarded_captions(
+    tiny_config, tiny_export, tiny_base, tmp_path
+):
+    """Every system of the IMP tables (lens model, global-only from its checkpoint, open_clip, the
+    zero-shot families, CLIP fine-tuned) gets each image's own discarded caption, the visual
+    validator's where there is one; none falls back to another image's caption."""
+    import yaml
+
+    from lenses_app.cli import main
+    from training.baselines.open_clip import encode_open_clip, load_open_clip
+    from training.dryrun.zero_shot import materialize_tiny_blip2, materialize_tiny_hf_clip
+    from training.evaluation.imp_metrics import auprc
+
+    from .test_paper_tables import _train
+
+    export, _ = build_run(tiny_export, tmp_path, "test")
+    ckpt = _train(tiny_config, tmp_path / "main")
+    glob_cfg = tiny_config.model_copy(deep=True)
+    glob_cfg.loss.mode = "global"
+    global_ckpt = _train(glob_cfg, tmp_path / "global")
+    arch, weights = _tiny_open_clip_weights(tmp_path / "tiny-clip.pt")
+    corpus = ["a calm cat", "so bright", "discarded caption"]
+    oc = {"model_config_path": arch, "pretrained": weights}
+    voters = [{"name": f"v{t}", "model_config_path": arch, "threshold": t} for t in (-1.0, 1.1)]
+    cfg = {"export_dir": str(export), "split": "test", "checkpoint": ckpt, "routing": False,
+           "metrics": {"protocols": ["lens_gallery"]},
+           "baselines": {"text_only": False, "similarity_ablations": False, "global_only_checkpoint": global_ckpt,
+                         "open_clip": {"enabled": True, "row": None, **oc},
+                         "clip_finetune": {"enabled": True, "model_config_path": arch, "steps": 1, "images_per_batch": 4},
+                         "zero_shot": [{"row": "CLIP", "family": "open_clip", "path": weights, "model_config_path": arch},
+                                       {"row": "BLIP-2", "family": "blip2", "path": str(materialize_tiny_blip2(tmp_path / "b", corpus))},
+                                       {"row": "BGE-VL-Large", "family": "hf_clip", "path": str(materialize_tiny_hf_clip(tmp_path / "c", corpus))},
+                                       {"row": "BGE-VL-MLLM", "family": "bge_vl_mllm", "path": str(tiny_base), "train_config": "tiny"}]},
+           "imp": {"models": [*voters, {**voters[0], "name": "g", "role": "tie_breaker"}]}}  # fmt: skip
+    (tmp_path / "eval.yaml").write_text(yaml.safe_dump(cfg))
+    out = tmp_path / "o"
+    assert main(["evaluate", "--config", str(tmp_path / "eval.yaml"), "--out", str(out)]) == 0
+    data = json.loads((out / "metrics.json").read_text())
+
+    # The chosen negatives: each image's own discarded caption, the visual validator's first.
+    chosen = pd.read_parquet(out / "imp" / "negatives.parquet")
+    owner = pd.read_parquet(export / "rejections.parquet").set_index("record_id")["image_id"]
+    assert chosen["text_id"].tolist() == ["d0", "v1"]
+    assert chosen["validator"].tolist() == ["validate", "visual_validate"]
+    assert [owner[t] for t in chosen["text_id"]] == chosen["image_id"].tolist()
+    # Every system scored them; its row says so.
+    systems = {"Lenses (lens-masked + global)", "Global-only fine-tuned", "CLIP (fine-tuned on Lenses)",
+               "CLIP", "BLIP-2", "BGE-VL-Large", "BGE-VL-MLLM"}  # fmt: skip
+    assert systems < set(data["imp"]) and len(data["imp"]) == len(systems) + 1  # + baselines.open_clip
+    for name, m in data["imp"].items():
+        assert (m["n_negatives_discarded"], m["n_negatives_shifted"]) == (2, 0), name
+        assert (m["n_negatives_visual"], m["n_negatives_text"]) == (1, 1), name
+        assert m["negatives"] == "same image's discarded caption: 1 visual-, 1 text-validator", name
+    assert data["meta"]["imp_negatives"]["fell_back"] == {}
+    report = (out / "report.md").read_text().split("(IMP Table 5)")[1]
+    assert report.count("| same image's discarded caption: 1 visual-, 1 text-validator |") == len(data["imp"])
+
+    # The numbers: the zero-shot CLIP row's AUPRC from the test's own scores of the same pairs.
+    labels = split_labels(str(export), "test")
+    img, txt = encode_open_clip(*load_open_clip("tiny", **{"model_config": arch, "pretrained": weights}),
+                                labels.image_paths, [*labels.captions, *("discarded d0", "discarded v1")])  # fmt: skip
+    sim = (img @ txt.T).numpy()
+    n = len(labels.captions)
+    pos = sim[labels.caption_image, np.arange(n)]
+    rows = [labels.image_ids.index(i) for i in chosen["image_id"]]
+    neg = sim[rows, [n, n + 1]]
+    want = auprc(np.r_[pos, neg], np.r_[np.ones(n), np.zeros(2)])
+    assert data["imp"]["CLIP"]["all/AUPRC"] == pytest.approx(want, abs=1e-6)
