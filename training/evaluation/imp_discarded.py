@@ -134,13 +134,19 @@ def _lens_model(cfg: EvalConfig, enc: EncodedSplit, chosen: DiscardedTexts, bund
     return lens_pair_scores(enc, chosen.image, slots, glob, mask, cfg)
 
 
-def _write_chosen(chosen: DiscardedTexts, labels: SplitLabels, out_dir: str) -> str:
+def _write_chosen(
+    chosen: DiscardedTexts, labels: SplitLabels, pairs: dict[str, np.ndarray], out_dir: str
+) -> str:
+    """OUT/imp/negatives.parquet: one row per chosen caption, with every system's score of it."""
     import pandas as pd
 
     path = Path(out_dir) / "imp" / "negatives.parquet"
     path.parent.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame({"image_id": [labels.image_ids[i] for i in chosen.image], "text_id": chosen.text_ids,
-                  "validator": chosen.validator, "text": chosen.texts}).to_parquet(path, index=False)  # fmt: skip
+    table = pd.DataFrame({"image_id": [labels.image_ids[i] for i in chosen.image], "text_id": chosen.text_ids,
+                          "validator": chosen.validator, "text": chosen.texts})  # fmt: skip
+    for name, scores in pairs.items():
+        table[f"score/{name}"] = scores
+    table.to_parquet(path, index=False)
     return str(path)
 
 
@@ -175,7 +181,7 @@ def run_negatives(
     meta = {"source": chosen.note, "scored_by": sorted(pairs), "fell_back": fell_back,
             "n_images_with_discarded": len(chosen.texts),
             "n_visual_validator": _n_visual(chosen.validator),
-            "table": _write_chosen(chosen, labels, cfg.out_dir) if chosen.texts else None}  # fmt: skip
+            "table": _write_chosen(chosen, labels, pairs, cfg.out_dir) if chosen.texts else None}  # fmt: skip
     return systems, NegativeScores(chosen, pairs, fell_back), meta
 
 

@@ -208,5 +208,6 @@ def test_every_imp_system_scores_the_same_images_discarded_captions(
     pos = sim[labels.caption_image, np.arange(n)]
     rows = [labels.image_ids.index(i) for i in chosen["image_id"]]
     neg = sim[rows, [n, n + 1]]
+    np.testing.assert_allclose(chosen["score/CLIP"], neg, atol=1e-6)  # each text with its own image
     want = auprc(np.r_[pos, neg], np.r_[np.ones(n), np.zeros(2)])
     assert data["imp"]["CLIP"]["all/AUPRC"] == pytest.approx(want, abs=1e-6)
