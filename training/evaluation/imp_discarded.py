@@ -82,7 +82,10 @@ def one_per_image(discarded: DiscardedTexts) -> DiscardedTexts:
     """The first discarded caption of each image (the reader puts the visual validator's first)."""
     _, first = np.unique(discarded.image, return_index=True)
     keep = np.sort(first)
-    pick = lambda xs: [xs[i] for i in keep]  # noqa: E731
+
+    def pick(values: list[str]) -> list[str]:
+        return [values[i] for i in keep]
+
     return DiscardedTexts(
         pick(discarded.texts), discarded.image[keep], discarded.lens[keep], discarded.note,
         pick(discarded.text_ids), pick(discarded.validator),
