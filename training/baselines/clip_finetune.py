@@ -150,15 +150,17 @@ def clip_finetune_scores(
     return global_scores(img, txt), info
 
 
-def clip_finetune_system(cfg, labels) -> tuple[dict[str, np.ndarray], dict]:
+def clip_finetune_system(cfg, labels, texts: list[str] | None = None) -> tuple[dict[str, np.ndarray], dict]:
     """({ROW: scores} on the evaluated split, {"clip_finetune": run info} for the results' meta) when
     baselines.clip_finetune is enabled, else ({}, {}).
 
-    cfg: the EvalConfig; labels: its split (training.evaluation.types.SplitLabels).
+    cfg: the EvalConfig; labels: its split (training.evaluation.types.SplitLabels); texts: the
+    texts to score (default the split's captions).
     """
     section = cfg.baselines.clip_finetune
     if not section.enabled:
         return {}, {}
     out_dir = section.out_dir or str(Path(cfg.out_dir) / "clip_finetune")
-    scores, info = clip_finetune_scores(section, cfg.export_dir, out_dir, labels.image_paths, labels.captions)
+    texts = labels.captions if texts is None else texts
+    scores, info = clip_finetune_scores(section, cfg.export_dir, out_dir, labels.image_paths, texts)
     return {ROW: scores}, {"clip_finetune": info}

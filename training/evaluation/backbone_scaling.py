@@ -7,6 +7,11 @@ the model that writes the image-side prompts of the test split changes (InternVL
 (docs/evaluation.md); EvalConfig `backbone_scaling` lists the builds. Main Table 6 reports the
 macro R@K over the five lenses per generator; supp. Table 7 the per-lens R@1/R@5, with the
 fine-tuned global-only BGE-VL-MLLM (which reads no prompts) as its first row.
+
+Both tables read the lens model as main Table 2 does (`lens_slot`, its lens-c slots): the
+paper's InternVL3.5-38B row of supp. Table 7 repeats Table 2's Lenses row, so the build the model
+was trained on must give the same numbers here as there. The slot-less BGE-VL-MLLM row uses
+Table 2's gallery protocol for baselines.
 """
 
 from __future__ import annotations
@@ -39,8 +44,24 @@ def backbone_scaling_results(
 
 
 def gallery_protocol(results: dict) -> str | None:
-    """The protocol of main Table 2 (first gallery protocol), so the tables agree."""
+    """Main Table 2's protocol for slot-less rows (the first gallery protocol), so the tables agree."""
     return next((p for p in results.get("systems", {}) if p != "lens_slot"), None)
+
+
+def lens_protocol(results: dict) -> str | None:
+    """Main Table 2's protocol for the lens model: `lens_slot` when the run computed it, else the
+    first gallery protocol (as `paper_tables` falls back)."""
+    return "lens_slot" if "lens_slot" in results.get("systems", {}) else gallery_protocol(results)
+
+
+def protocols_title(results: dict) -> str:
+    """How a harness table's rows were scored, for its title."""
+    lens, gallery = lens_protocol(results), gallery_protocol(results)
+    return (
+        f"lens model `{lens}`"
+        + ("" if lens == gallery else f", BGE-VL-MLLM `{gallery}`")
+        + " (as main Table 2)"
+    )
 
 
 def table_row(label: str, metrics: dict | None, keys: list[str], note: str, digits: int = 2) -> list[str]:
@@ -55,8 +76,11 @@ def _lens_row(scaling: dict, row: str, protocol: str | None) -> tuple[dict | Non
 
 
 def main_table6(results: dict) -> str:
-    protocol = gallery_protocol(results)
-    title = f"## Main Table 6, image-side prompt generator size — macro R@K (%) over the five lenses, `{protocol}`"
+    protocol = lens_protocol(results)
+    title = (
+        "## Main Table 6, image-side prompt generator size — macro R@K (%) over the five lenses, "
+        f"`{protocol}` (as main Table 2)"
+    )
     scaling = results.get("backbone_scaling")
     if not scaling:
         return f"{title}\n\n{NOT_RUN}."
@@ -70,8 +94,8 @@ def main_table6(results: dict) -> str:
 
 
 def supp_table7(results: dict) -> str:
-    protocol = gallery_protocol(results)
-    title = f"## Supp. Table 7, backbone scaling — per-lens R@K (%), `{protocol}`"
+    protocol, lens = gallery_protocol(results), lens_protocol(results)
+    title = f"## Supp. Table 7, backbone scaling — per-lens R@K (%), {protocols_title(results)}"
     scaling = results.get("backbone_scaling")
     if not scaling:
         return f"{title}\n\n{NOT_RUN}."
@@ -86,6 +110,6 @@ def supp_table7(results: dict) -> str:
     note = "" if baseline else "not run: baselines.global_only_encodings or global_only_checkpoint not set"
     rows = [table_row("BGE-VL-MLLM (fine-tuned, no prompts)", baseline, keys, note, 1)]
     for row in scaling["order"]:
-        metrics, note = _lens_row(scaling, row, protocol)
+        metrics, note = _lens_row(scaling, row, lens)
         rows.append(table_row(row, metrics, keys, note, 1))
     return f"{title}\n\n{table(header, rows)}"

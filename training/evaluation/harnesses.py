@@ -25,10 +25,12 @@ from training.evaluation.swap_runs import FINE_TUNED, MAIN, SwapModels
 from training.evaluation.types import SplitLabels
 
 
-def harness_systems(cfg: EvalConfig, labels: SplitLabels) -> tuple[dict[str, np.ndarray], dict]:
+def harness_systems(
+    cfg: EvalConfig, labels: SplitLabels, texts: list[str] | None = None
+) -> tuple[dict[str, np.ndarray], dict]:
     """Score matrices the harnesses add to the main evaluation (the fine-tuned CLIP of supp. Table 9)
-    and their entries for the results' meta."""
-    return clip_finetune_system(cfg, labels)
+    and their entries for the results' meta. texts: the texts to score (default the captions)."""
+    return clip_finetune_system(cfg, labels, texts)
 
 
 def add_harness_results(

@@ -2,27 +2,48 @@
 
 IMP (seed 003) classifies true pairs against "one true negative for each image", captions its
 annotators rejected for that image. Our analogue is a caption of the same image that a validator
-discarded (`training.evaluation.inputs.discarded_captions`). Each system scores only those
-(image, discarded caption) pairs, never a full matrix. A system without a scorer here gets no
-entry, and `imp_metrics` falls back to the shifted negatives for it (counted per system).
+discarded (`training.evaluation.inputs.discarded_captions`), one per image: the visual
+validator's (Listing 5, it saw the image, as IMP's annotators did) before the text-only
+validator's (Listing 4). Every system of the IMP tables scores the same chosen captions:
+
+- systems scored from image files and texts (zero-shot rows, open_clip, the fine-tuned CLIP,
+  the global-only model from its checkpoint) get them as extra text columns of their one score
+  matrix (`scoring_texts`, then `split_negative_columns`), so no image is encoded twice;
+- the lens model encodes them with its checkpoint (or `train_config`) and scores each with its
+  own image only (`lens_pair_scores`).
+
+A system that cannot encode new texts (read from `encodings_dir` / `global_only_encodings`) and
+an image without a discarded caption fall back to the shifted negative (another image's
+caption); each IMP row says which negatives it got (`negatives_label`).
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from training.evaluation.config import EvalConfig
-from training.evaluation.imp_metrics import imp_metrics
+from training.evaluation.imp_metrics import imp_metrics, imp_negatives
 from training.evaluation.scoring import all_lens_text_slots, label_text_slots, score_lens_slots
 from training.evaluation.types import DiscardedTexts, EncodedSplit, SplitLabels
 
 log = logging.getLogger(__name__)
 PAIR_CHUNK = 256
+
+
+@dataclass
+class NegativeScores:
+    """The AUPRC negatives of a run: the caption chosen per image, each system's scores of it with
+    its image, and why the other systems fell back to shifted negatives."""
+
+    chosen: DiscardedTexts  # at most one per image
+    scores: dict[str, np.ndarray] = field(default_factory=dict)  # {system: [k]}
+    fell_back: dict[str, str] = field(default_factory=dict)  # {system: reason}
 
 
 def lens_pair_scores(
@@ -51,66 +72,141 @@ def lens_pair_scores(
     return out
 
 
-def _lens_model(cfg: EvalConfig, enc: EncodedSplit, discarded: DiscardedTexts, checkpoint: str) -> np.ndarray:
-    from training.evaluation.encode import load_for_inference
-    from training.evaluation.inputs import encode_texts
-    from training.loop.inputs import Collator
+def _n_visual(validators: list[str]) -> int:
+    from lenses_data.stages.visual_validate import STAGE as VISUAL
 
-    retriever, processor, tcfg = load_for_inference(checkpoint, torch.device("cpu"))
-    retriever.eval()
-    slots, glob = encode_texts(retriever, Collator(processor, tcfg.data, lens_mode=True), discarded.texts)
-    n = len(discarded.texts)
-    mask = all_lens_text_slots(n) if cfg.scoring.text_slots == "all" else label_text_slots(discarded.lens)
-    return lens_pair_scores(enc, discarded.image, slots, glob, mask, cfg)
+    return sum(v == VISUAL for v in validators)
 
 
-def _open_clip(bundle: Any, cfg: EvalConfig, labels: SplitLabels, discarded: DiscardedTexts) -> np.ndarray:
-    from training.baselines.open_clip import encode_open_clip
+def one_per_image(discarded: DiscardedTexts) -> DiscardedTexts:
+    """The first discarded caption of each image (the reader puts the visual validator's first)."""
+    _, first = np.unique(discarded.image, return_index=True)
+    keep = np.sort(first)
 
-    paths = [labels.image_paths[i] for i in discarded.image]
-    img, txt = encode_open_clip(
-        *bundle, paths, discarded.texts, batch_size=cfg.baselines.open_clip.batch_size
-    )
-    return (F.normalize(img.float(), dim=-1) * F.normalize(txt.float(), dim=-1)).sum(-1).numpy()
+    def pick(values: list[str]) -> list[str]:
+        return [values[i] for i in keep]
 
-
-def discarded_pair_scores(
-    cfg: EvalConfig,
-    labels: SplitLabels,
-    discarded: DiscardedTexts,
-    enc: EncodedSplit,
-    checkpoint: str | None,
-    systems: dict[str, Any],
-) -> dict[str, np.ndarray]:
-    """{system: [k] scores of the discarded captions with their images} for the systems that can
-    encode new texts: the lens model (from its checkpoint) and zero-shot open_clip.
-
-    systems: {name: ("lens", None) | ("open_clip", bundle)}.
-    """
-    if not discarded.texts:
-        return {}
-    out: dict[str, np.ndarray] = {}
-    for name, (kind, bundle) in systems.items():
-        if kind == "lens" and checkpoint is not None:
-            out[name] = _lens_model(cfg, enc, discarded, checkpoint)
-        elif kind == "open_clip":
-            out[name] = _open_clip(bundle, cfg, labels, discarded)
-    log.info("IMP negatives: %s; scored by %s", discarded.note, sorted(out))
-    return out
+    return DiscardedTexts(
+        pick(discarded.texts), discarded.image[keep], discarded.lens[keep], discarded.note,
+        pick(discarded.text_ids), pick(discarded.validator),
+    )  # fmt: skip
 
 
-def run_negatives(
-    cfg: EvalConfig, labels: SplitLabels, enc: EncodedSplit, checkpoint: str | None, systems: dict[str, Any]
-) -> tuple[tuple[np.ndarray, dict[str, np.ndarray]] | None, dict[str, Any] | None]:
-    """((image [k] of each discarded caption, {system: [k] scores}), meta) of an evaluation run,
-    or (None, None) without `imp` or with `imp.negatives: shifted`."""
+def imp_negative_texts(cfg: EvalConfig, labels: SplitLabels) -> DiscardedTexts | None:
+    """The discarded caption chosen per image, or None without `imp` or with `imp.negatives: shifted`."""
     from training.evaluation.inputs import discarded_captions
 
     if cfg.imp is None or cfg.imp.negatives != "discarded":
-        return None, None
-    discarded = discarded_captions(cfg.export_dir, cfg.imp.build_run, labels)
-    scores = discarded_pair_scores(cfg, labels, discarded, enc, checkpoint, systems)
-    return (discarded.image, scores), {"source": discarded.note, "scored_by": sorted(scores)}
+        return None
+    return one_per_image(discarded_captions(cfg.export_dir, cfg.imp.build_run, labels))
+
+
+def scoring_texts(labels: SplitLabels, chosen: DiscardedTexts | None) -> list[str]:
+    """The texts a system scores: the split's captions, then the chosen discarded captions."""
+    return list(labels.captions) + (list(chosen.texts) if chosen is not None else [])
+
+
+def split_negative_columns(
+    systems: dict[str, Any], n_captions: int, chosen: DiscardedTexts | None
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Score matrices [n_images, n_captions + k] -> ({system: [n_images, n_captions]}, {system: [k]
+    score of chosen text t with its own image}). A matrix with n_captions columns (a system that
+    could not score new texts) passes through without pair scores."""
+    k = 0 if chosen is None else len(chosen.texts)
+    out, pairs = {}, {}
+    for name, sim in systems.items():
+        width = sim.shape[1]
+        if k and width == n_captions + k:
+            pairs[name] = np.asarray(sim[chosen.image, n_captions + np.arange(k)], dtype=np.float32)
+            sim = np.ascontiguousarray(sim[:, :n_captions])
+        elif width != n_captions:
+            raise ValueError(f"{name}: {width} score columns, expected {n_captions} or {n_captions + k}")
+        out[name] = sim
+    return out, pairs
+
+
+def _lens_model(cfg: EvalConfig, enc: EncodedSplit, chosen: DiscardedTexts, bundle) -> np.ndarray:
+    from training.evaluation.inputs import encode_texts
+    from training.loop.inputs import Collator
+
+    retriever, processor, data_cfg = bundle
+    retriever.eval()
+    slots, glob = encode_texts(retriever, Collator(processor, data_cfg, lens_mode=True), chosen.texts)
+    n = len(chosen.texts)
+    mask = all_lens_text_slots(n) if cfg.scoring.text_slots == "all" else label_text_slots(chosen.lens)
+    return lens_pair_scores(enc, chosen.image, slots, glob, mask, cfg)
+
+
+def _write_chosen(
+    chosen: DiscardedTexts, labels: SplitLabels, pairs: dict[str, np.ndarray], out_dir: str
+) -> str:
+    """OUT/imp/negatives.parquet: one row per chosen caption, with every system's score of it."""
+    import pandas as pd
+
+    path = Path(out_dir) / "imp" / "negatives.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = pd.DataFrame({"image_id": [labels.image_ids[i] for i in chosen.image], "text_id": chosen.text_ids,
+                          "validator": chosen.validator, "text": chosen.texts})  # fmt: skip
+    for name, scores in pairs.items():
+        table[f"score/{name}"] = scores
+    table.to_parquet(path, index=False)
+    return str(path)
+
+
+def run_negatives(
+    cfg: EvalConfig,
+    labels: SplitLabels,
+    enc: EncodedSplit,
+    source: dict,
+    chosen: DiscardedTexts | None,
+    systems: dict[str, Any],
+    cannot: dict[str, str],
+) -> tuple[dict[str, Any], NegativeScores | None, dict[str, Any] | None]:
+    """(systems' caption matrices, their negatives, meta) of an evaluation run.
+
+    systems: {name: scores over `scoring_texts`}; cannot: {name: why it could not score new texts};
+    the lens model (`training.evaluation.run.MAIN_SYSTEM`) is scored here. Without `chosen`
+    (no imp, or imp.negatives: shifted) the matrices pass through and there are no negatives.
+    """
+    from training.evaluation.paper_runs import lens_model_loader
+    from training.evaluation.swap_runs import MAIN
+
+    systems, pairs = split_negative_columns(systems, len(labels.captions), chosen)
+    if chosen is None:
+        return systems, None, None
+    fell_back = {n: cannot.get(n, "scored without the discarded captions") for n in systems if n not in pairs}
+    loader, reason = lens_model_loader(cfg, source) if chosen.texts else (None, "")
+    if loader is not None:
+        pairs[MAIN] = _lens_model(cfg, enc, chosen, loader())
+    elif chosen.texts:
+        fell_back[MAIN] = reason
+    log.info("IMP negatives: %s; scored by %s", chosen.note, sorted(pairs))
+    meta = {"source": chosen.note, "scored_by": sorted(pairs), "fell_back": fell_back,
+            "n_images_with_discarded": len(chosen.texts),
+            "n_visual_validator": _n_visual(chosen.validator),
+            "table": _write_chosen(chosen, labels, pairs, cfg.out_dir) if chosen.texts else None}  # fmt: skip
+    return systems, NegativeScores(chosen, pairs, fell_back), meta
+
+
+def negatives_label(metrics: dict[str, float], fell_back: str | None) -> str:
+    """What an IMP row's AUPRC negatives were, for its table cell."""
+    shifted = int(metrics["n_negatives_shifted"])
+    if metrics["n_negatives_discarded"] == 0:
+        why = fell_back or "no image of the split has a discarded caption"
+        return f"another image's caption (shifted) for all {shifted} images: {why}"
+    visual, text = int(metrics["n_negatives_visual"]), int(metrics["n_negatives_text"])
+    own = f"same image's discarded caption: {visual} visual-, {text} text-validator"
+    return own + (f"; {shifted} shifted (image without one)" if shifted else "")
+
+
+def _validator_counts(caption_image: np.ndarray, negatives: NegativeScores, scored: bool) -> dict[str, float]:
+    """How many of the system's negatives were visual- and text-validator discards."""
+    if not scored:
+        return {"n_negatives_visual": 0.0, "n_negatives_text": 0.0}
+    used = imp_negatives(caption_image, negatives.chosen.image).discarded
+    kinds = [negatives.chosen.validator[i] for i in used[used >= 0]]
+    visual = _n_visual(kinds)
+    return {"n_negatives_visual": float(visual), "n_negatives_text": float(len(kinds) - visual)}
 
 
 def imp_by_system(
@@ -118,14 +214,23 @@ def imp_by_system(
     caption_image: np.ndarray,
     difficulty: np.ndarray,
     ks: tuple[int, ...],
-    discarded: tuple[np.ndarray, dict[str, np.ndarray]] | None,
-) -> dict[str, dict[str, float]]:
-    """IMP Tables 4-5 of every system's [n_images, n_captions] scores; the discarded captions
-    are the AUPRC negatives of the systems that scored them."""
-    image, scores = discarded if discarded is not None else (None, {})
-    return {
-        name: imp_metrics(
-            sim, caption_image, difficulty, ks=ks, discarded_image=image, discarded_scores=scores.get(name)
+    negatives: NegativeScores | None,
+) -> dict[str, dict[str, Any]]:
+    """IMP Tables 4-5 of every system's [n_images, n_captions] scores; a system's AUPRC negatives
+    are the chosen discarded captions when it scored them, else shifted. Each entry also says
+    which (`negatives`: a label; `n_negatives_visual`, `n_negatives_text`, `n_negatives_shifted`)."""
+    out = {}
+    for name, sim in all_scores.items():
+        scores = negatives.scores.get(name) if negatives is not None else None
+        image = negatives.chosen.image if scores is not None else None
+        m: dict[str, Any] = imp_metrics(
+            sim, caption_image, difficulty, ks=ks, discarded_image=image, discarded_scores=scores
         )
-        for name, sim in all_scores.items()
-    }
+        if negatives is None:
+            m.update({"n_negatives_visual": 0.0, "n_negatives_text": 0.0})
+            m["negatives"] = negatives_label(m, "imp.negatives is shifted")
+        else:
+            m.update(_validator_counts(caption_image, negatives, scores is not None))
+            m["negatives"] = negatives_label(m, negatives.fell_back.get(name))
+        out[name] = m
+    return out

@@ -54,7 +54,8 @@ def split_labels(export_dir: str, split: str) -> SplitLabels:
 
 
 def discarded_captions(export_dir: str, build_run: str | None, labels: SplitLabels) -> DiscardedTexts:
-    """Captions of the split's images that a validator discarded, with their texts.
+    """Captions of the split's images that a validator discarded, with their texts; per image the
+    visual validator's (Listing 5) first, then the text-only one's (Listing 4).
 
     The export's `rejections.parquet` names them (stage validate or visual_validate, reason
     validator_discarded) without their text, which the build run's generate stage holds
@@ -82,7 +83,9 @@ def discarded_captions(export_dir: str, build_run: str | None, labels: SplitLabe
                     f"{'not needed' if rej.empty else 'not found'}")  # fmt: skip
     texts = io.read_stage(run, "generate", LensText, require_complete=False)
     texts = texts[texts["kind"] == "caption"].drop_duplicates("text_id").set_index("text_id")
-    found = rej[rej["record_id"].isin(texts.index)].sort_values(["image_id", "record_id"])
+    found = rej[rej["record_id"].isin(texts.index)].copy()
+    found["text_first"] = found["stage"] != VISUAL_STAGE  # the visual validator's discards come first
+    found = found.sort_values(["image_id", "text_first", "record_id"]).drop_duplicates("record_id")
     rows = texts.loc[found["record_id"]]
     return DiscardedTexts(
         [str(t) for t in rows["text"]],
@@ -90,7 +93,8 @@ def discarded_captions(export_dir: str, build_run: str | None, labels: SplitLabe
         np.array([lens_index(str(x)) for x in rows["lens"]], dtype=np.int64),
         f"{len(found)} discarded captions from {table} with texts from {run} "
         f"({len(rej) - len(found)} discarded texts not captions or not in the generate stage)",
-    )
+        [str(i) for i in found["record_id"]], [str(x) for x in found["stage"]],
+    )  # fmt: skip
 
 
 def _pad_slots(

@@ -140,10 +140,12 @@ def checkpoint_bundle(checkpoint: str):
     return _checkpoint_bundle(checkpoint)
 
 
-def fine_tuned_scores(checkpoint: str, labels: SplitLabels) -> np.ndarray:
-    """The global-only fine-tuned BGE-VL-MLLM on the evaluated split, encoded from its checkpoint."""
+def fine_tuned_scores(checkpoint: str, labels: SplitLabels, texts: list[str] | None = None) -> np.ndarray:
+    """The global-only fine-tuned BGE-VL-MLLM on the evaluated split, encoded from its checkpoint.
+    texts: the texts to score (default the split's captions)."""
     retriever, processor, data_cfg = _checkpoint_bundle(checkpoint)
-    return global_mode_scores(retriever, processor, data_cfg, labels.image_paths, labels.captions)
+    texts = labels.captions if texts is None else texts
+    return global_mode_scores(retriever, processor, data_cfg, labels.image_paths, texts)
 
 
 def artemis_results(cfg: EvalConfig, source: dict) -> dict[str, Any]:

@@ -96,14 +96,14 @@ def imp_retrieval_markdown(systems: dict[str, dict[str, float]]) -> str:
     return _table(header, rows)
 
 
-def imp_auprc_markdown(systems: dict[str, dict[str, float]]) -> str:
-    """IMP Table 5: AUPRC of binary image-text classification per difficulty."""
+def imp_auprc_markdown(systems: dict[str, dict[str, Any]]) -> str:
+    """IMP Table 5: AUPRC of binary image-text classification per difficulty, and each row's negatives."""
     keys = ("easy", "medium", "hard", "all")
-    header = ["Model", *IMP_TITLES, "All", "pairs (E/M/H)"]
+    header = ["Model", *IMP_TITLES, "All", "pairs (E/M/H)", "Negatives"]
     rows = []
     for name, m in systems.items():
         counts = "/".join(_fmt(m.get(f"{k}/n_pairs"), 0) for k in keys[:3])
-        rows.append([name, *(_fmt(m.get(f"{k}/AUPRC")) for k in keys), counts])
+        rows.append([name, *(_fmt(m.get(f"{k}/AUPRC")) for k in keys), counts, m.get("negatives", "?")])
     return _table(header, rows)
 
 

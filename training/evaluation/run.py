@@ -20,7 +20,13 @@ from training.evaluation.ablations import SIMILARITY_VARIANTS, similarity_ablati
 from training.evaluation.config import EvalConfig
 from training.evaluation.external_runs import external_benchmarks
 from training.evaluation.harnesses import add_harness_results, harness_systems
-from training.evaluation.imp_discarded import imp_by_system, run_negatives
+from training.evaluation.imp_discarded import (
+    NegativeScores,
+    imp_by_system,
+    imp_negative_texts,
+    run_negatives,
+    scoring_texts,
+)
 from training.evaluation.imp_split import difficulty_codes
 from training.evaluation.inputs import (
     global_only_scores,
@@ -41,6 +47,7 @@ from training.evaluation.zero_shot import zero_shot_systems
 log = logging.getLogger(__name__)
 
 MAIN_SYSTEM = "Lenses (lens-masked + global)"
+FINE_TUNED = "Global-only fine-tuned"
 ABLATION_TITLES = {
     "global": "Global only",
     "no_mask": "No-mask smooth Chamfer",
@@ -89,13 +96,13 @@ def evaluate_encoded(
     cfg: EvalConfig,
     extra_systems: dict[str, np.ndarray] | None = None,
     difficulty: np.ndarray | None = None,
-    discarded: tuple[np.ndarray, dict[str, np.ndarray]] | None = None,
+    discarded: NegativeScores | None = None,
 ) -> dict[str, Any]:
     """Every metric of the lens model (and of extra systems' score matrices) on one split.
 
     difficulty: IMP code per caption (0 easy, 1 medium, 2 hard, -1 none) for the per-difficulty
     metrics of every system (`results["imp"]`), or None to skip them. discarded: the AUPRC
-    negatives, see `training.evaluation.imp_discarded.imp_by_system`.
+    negatives (None: shifted), see `training.evaluation.imp_discarded.imp_by_system`.
     """
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -201,27 +208,29 @@ def run_evaluation(cfg: EvalConfig) -> tuple[dict[str, Any], dict[str, Path]]:
     enc, source = lens_model_encodings(cfg, labels)
     if source.get("untrained"):
         log.warning("evaluating an UNTRAINED lens model (no checkpoint found)")
+    chosen = imp_negative_texts(cfg, labels)  # IMP's AUPRC negatives, one discarded caption per image
+    texts = scoring_texts(labels, chosen)  # every system below scores them beside the captions
     extra: dict[str, np.ndarray] = {}
+    cannot: dict[str, str] = {}  # systems that cannot score new texts, why
     if cfg.baselines.global_only_encodings:
-        extra["Global-only fine-tuned"] = global_only_scores(cfg.baselines.global_only_encodings, labels)
+        extra[FINE_TUNED] = global_only_scores(cfg.baselines.global_only_encodings, labels)
+        cannot[FINE_TUNED] = "read from baselines.global_only_encodings (the split's texts only)"
     elif cfg.baselines.global_only_checkpoint:  # encoded here from the checkpoint instead
-        extra["Global-only fine-tuned"] = fine_tuned_scores(cfg.baselines.global_only_checkpoint, labels)
+        extra[FINE_TUNED] = fine_tuned_scores(cfg.baselines.global_only_checkpoint, labels, texts)
     clip_bundle, open_clip_entry = None, None
-    scorers = {MAIN_SYSTEM: ("lens", None)}  # the systems that can score IMP's discarded texts
     if cfg.baselines.open_clip.enabled:
         clip_bundle = open_clip_model(cfg)
         oc = cfg.baselines.open_clip
         weights = oc.pretrained or "random weights"
         name = f"Zero-shot open_clip ({Path(oc.model_config_path).stem if oc.model_config_path else oc.model_name}, {weights})"
-        extra[name] = open_clip_scores(clip_bundle, cfg, labels.image_paths, labels.captions)
+        extra[name] = open_clip_scores(clip_bundle, cfg, labels.image_paths, texts)
         open_clip_entry = (name, clip_bundle)
-        scorers[name] = ("open_clip", clip_bundle)
-    clip_systems, clip_meta = harness_systems(cfg, labels)  # supp. Table 9's fine-tuned CLIP
+    clip_systems, clip_meta = harness_systems(cfg, labels, texts)  # supp. Table 9's fine-tuned CLIP
     extra.update(clip_systems)
-    zero_shot, unavailable = zero_shot_systems(cfg.baselines.zero_shot, labels.image_paths, labels.captions)
+    zero_shot, unavailable = zero_shot_systems(cfg.baselines.zero_shot, labels.image_paths, texts)
     extra.update(zero_shot)  # the zero-shot rows of main Table 2, by their paper names
     difficulty, imp_summary = difficulty_codes(cfg, labels) if cfg.imp is not None else (None, None)
-    negatives, negatives_meta = run_negatives(cfg, labels, enc, source.get("checkpoint"), scorers)
+    extra, negatives, negatives_meta = run_negatives(cfg, labels, enc, source, chosen, extra, cannot)
     results = evaluate_encoded(enc, cfg, extra, difficulty, negatives)
     add_paper_results(results, cfg, labels, source, unavailable, evaluate_encoded, enc.txt_global)
     add_harness_results(results, cfg, labels, source, evaluate_encoded)  # main Table 6, supp. Tables 6-7

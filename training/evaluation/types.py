@@ -6,7 +6,7 @@ reads them (`training.evaluation.run`), so neither module needs the other's impo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -56,3 +56,7 @@ class DiscardedTexts:
     image: np.ndarray  # [k] image row (SplitLabels order) of each text
     lens: np.ndarray  # [k] lens index of each text
     note: str  # where they came from, or why there are none
+    text_ids: list[str] = field(default_factory=list)  # [k]
+    validator: list[str] = field(
+        default_factory=list
+    )  # [k] stage that discarded it: visual_validate or validate

@@ -24,6 +24,60 @@ FINE_TUNED = "Global-only fine-tuned"
 
 # The synthetic test split has 2 images: R@K too coarse to tell the generators' rows apart.
 SPLIT = "train"
+TRAINED_ON = "InternVL3.5-38B"  # the build the lens model was trained on: its rows are main Table 2's
+
+
+def _section(report: str, title: str) -> str:
+    return report.split(f"## {title}")[1].split("\n## ")[0]
+
+
+def _harness_results() -> dict:
+    """Main evaluation of a random split with a fine-tuned baseline, and both harnesses listing the
+    build it was trained on (the main evaluation's numbers) after another build (other numbers)."""
+    from training.baselines.global_only import global_scores
+    from training.evaluation.config import EvalConfig
+    from training.evaluation.run import evaluate_encoded
+    from training.evaluation.swap_runs import _per_system
+
+    from .test_evaluate import random_split
+
+    def run(seed: int) -> dict:
+        enc = random_split(seed=seed)
+        return evaluate_encoded(
+            enc, EvalConfig(), {FINE_TUNED: global_scores(enc.img_global, enc.txt_global)}
+        )
+
+    results, other = run(0), run(7)
+    rows = {"Other": _per_system(other["systems"]), TRAINED_ON: _per_system(results["systems"])}
+    harness = {"order": list(rows), "rows": rows, "coverage": {}, "unavailable": {}}
+    results["backbone_scaling"] = {**harness, "part": "prompts"}
+    results["generator_swap"] = {**harness, "part": "captions"}
+    return results
+
+
+def test_harness_rows_of_the_trained_build_repeat_main_table2():
+    """Supp. Tables 6-7 and main Table 6 read the lens model as Table 2 does (`lens_slot`): the
+    paper's InternVL3.5-38B rows repeat Table 2's Lenses and fine-tuned BGE-VL-MLLM rows."""
+    from training.evaluation.paper_tables import paper_tables_markdown
+
+    results = _harness_results()
+    report = "\n\n".join(paper_tables_markdown(results))
+    slot, gallery = (results["systems"][p][MAIN_SYSTEM] for p in ("lens_slot", "lens_gallery"))
+    per_lens = [f"{k}/{d}/R@{r}" for k in ("literal", "emotional") for d in ("i2t", "t2i") for r in (1, 5)]
+    assert any(slot[k] != gallery[k] for k in per_lens)  # the protocols differ on this split
+
+    table2 = _section(report, "Main Table 2")
+    t6 = _section(report, "Supp. Table 6").split(f"*{TRAINED_ON} (captions)*")[1]
+    for label in ("| Lenses |", "| BGE-VL-MLLM |"):
+        want = _cells([x for x in table2.splitlines() if x.startswith(label)][-1])[1:-1]  # fine-tuned row
+        assert _cells(_line(t6, label))[1:-1] == want, label
+    t7 = _cells(_line(_section(report, "Supp. Table 7"), f"| {TRAINED_ON} |"))
+    cols = [f"{k}/{d}/R@{r}" for k in ("literal", "figurative", "abstract", "background", "emotional")
+            for d in ("i2t", "t2i") for r in (1, 5)]  # fmt: skip
+    assert t7[1:-1] == [f"{slot[c]:.1f}" for c in cols]
+    t6_main = _cells(_line(_section(report, "Main Table 6"), f"| {TRAINED_ON} |"))
+    assert t6_main[1:-1] == [f"{slot[f'macro/{d}/R@{k}']:.2f}" for d in ("i2t", "t2i") for k in (1, 5, 10)]
+    assert "`lens_slot`" in report.split("## Main Table 6")[1].splitlines()[0]
 
 
 def _n_split(export: Path, table: str) -> int:
@@ -76,18 +130,19 @@ def test_harness_tables_through_lenses_evaluate(tiny_config, tiny_export, tmp_pa
     report = (out / "report.md").read_text()
     print(report.split("# Every metric")[0].split("## Main Table 6")[1])  # the tables, for the record
 
-    # Backbone scaling: the 38B row is the main evaluation; the 4B row uses all of the 4B prompts.
+    # Backbone scaling: the 38B row is the main evaluation, on main Table 2's protocol (`lens_slot`);
+    # the 4B row uses all of the 4B prompts.
     scaling = data["backbone_scaling"]
-    assert (
-        scaling["rows"]["InternVL3.5-38B"][MAIN_SYSTEM]["lens_gallery"]
-        == data["systems"]["lens_gallery"][MAIN_SYSTEM]
-    )
+    assert scaling["rows"][TRAINED_ON][MAIN_SYSTEM]["lens_slot"] == data["systems"]["lens_slot"][MAIN_SYSTEM]
+    table2_lenses = _cells(_line(_section(report, "Main Table 2"), "| Lenses |"))
+    t6_38b = _section(report, "Supp. Table 6").split(f"*{TRAINED_ON} (captions)*")[1]
+    assert _cells(_line(t6_38b, "| Lenses |"))[1:-1] == table2_lenses[1:-1]
     cov = scaling["coverage"]["InternVL3.5-4B"]
     assert (
         cov["n_swapped_texts"] == _n_split(v4b, "prompts") and cov["n_base_images_without_swapped_texts"] == 0
     )
-    four_b = scaling["rows"]["InternVL3.5-4B"][MAIN_SYSTEM]["lens_gallery"]
-    assert four_b != data["systems"]["lens_gallery"][MAIN_SYSTEM]  # other prompts, other numbers
+    four_b = scaling["rows"]["InternVL3.5-4B"][MAIN_SYSTEM]["lens_slot"]
+    assert four_b != data["systems"]["lens_slot"][MAIN_SYSTEM]  # other prompts, other numbers
     row = _cells(_line(report.split("## Main Table 6")[1], "| InternVL3.5-4B |"))
     assert row[1:7] == [f"{four_b[f'macro/{d}/R@{k}']:.2f}" for d in ("i2t", "t2i") for k in (1, 5, 10)]
     bge = _cells(_line(report.split("## Supp. Table 7")[1], "| BGE-VL-MLLM (fine-tuned, no prompts) |"))
@@ -100,9 +155,10 @@ def test_harness_tables_through_lenses_evaluate(tiny_config, tiny_export, tmp_pa
     _assert_global_row_is_the_global_model_on_swapped_captions(swap, global_ckpt, tiny_export, qwen)
     block = report.split("## Supp. Table 6")[1].split("*Qwen3VL-30B-A3B (captions)*")[1]
     lens_row = _cells(_line(block, "| Lenses |"))
-    qwen_main = swap["rows"]["Qwen3VL-30B-A3B"][MAIN_SYSTEM]["lens_gallery"]
+    qwen_main = swap["rows"]["Qwen3VL-30B-A3B"][MAIN_SYSTEM]["lens_slot"]
+    assert lens_row[1] == f"{qwen_main['literal/i2t/R@1']:.2f}"
     assert lens_row[-3] == f"{qwen_main['all/t2i/R@1']:.2f}"
-    assert qwen_main != swap["rows"]["InternVL3.5-38B"][MAIN_SYSTEM]["lens_gallery"]
+    assert qwen_main != swap["rows"][TRAINED_ON][MAIN_SYSTEM]["lens_slot"]
 
     # Supp. Table 9: CLIP fine-tuned here (3 steps), zero-shot tiny open_clip, the two fine-tuned BGE rows.
     assert data["meta"]["clip_finetune"]["trained_here"] and data["meta"]["clip_finetune"]["steps"] == 3
