@@ -72,7 +72,10 @@ class LoraClipSection(_Section):
     device: str = "cpu"
 
 
-ZeroShotFamily = Literal["open_clip", "blip2", "hf_clip", "bge_vl_mllm", "jina_v4"]
+ZeroShotFamily = Literal[
+    "open_clip", "blip2", "hf_clip", "bge_vl_mllm", "jina_v4", "altclip", "align", "groupvit", "blip", "flava"
+]
+_LOCAL_DIR_FAMILIES = ("blip2", "hf_clip", "bge_vl_mllm", "altclip", "align", "groupvit", "blip", "flava")
 
 
 class ZeroShotSection(_Section):
@@ -82,7 +85,7 @@ class ZeroShotSection(_Section):
     family: ZeroShotFamily
     path: str | None = Field(
         default=None,
-        description="Local model directory (blip2, hf_clip, bge_vl_mllm); open_clip: checkpoint file or "
+        description="Local model directory (every family but open_clip); open_clip: checkpoint file or "
         "null for random weights",
     )
     model_name: str = Field(default="ViT-B-32", description="open_clip architecture name")
@@ -96,7 +99,7 @@ class ZeroShotSection(_Section):
 
     @model_validator(mode="after")
     def _needs_path(self) -> ZeroShotSection:
-        if self.family in ("blip2", "hf_clip", "bge_vl_mllm") and not self.path:
+        if self.family in _LOCAL_DIR_FAMILIES and not self.path:
             raise ValueError(
                 f"zero-shot row {self.row!r} ({self.family}) needs path: a local model directory"
             )
