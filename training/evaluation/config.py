@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from lenses_data.config import deep_merge
 from training.baselines.clip_finetune_config import ClipFinetuneSection
 from training.evaluation.external_config import ExternalSection
+from training.evaluation.fusion_config import IrflFusionSection
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"  # training/configs
 
@@ -114,6 +115,7 @@ class BaselinesSection(_Section):
         default=None, description="Checkpoint of the global-only fine-tuned model (its ArtEmis row)"
     )
     lora_clip: LoraClipSection = Field(default_factory=LoraClipSection)
+    irfl_fusion: IrflFusionSection = Field(default_factory=IrflFusionSection)  # seed 004's ensemble, MLP
     global_only_encodings: str | None = Field(
         default=None, description="Encodings dir of a global-only fine-tuned model (scored by global cosine)"
     )

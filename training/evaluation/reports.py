@@ -217,6 +217,11 @@ def render_markdown(results: dict[str, Any]) -> str:
             "forced choices with s(p, I_lit) >= s(p, I_fig))",
             irfl_table_markdown(results["irfl"]),
         ]
+        if results["irfl"].get("fusion", {}).get("grid"):  # seed 004 Table 2
+            from training.evaluation.irfl_fusion import fusion_grid_markdown
+
+            parts += ["## Seed 004 Table 2: ensemble weights by validation accuracy (best 10)",
+                      fusion_grid_markdown(results["irfl"]["fusion"])]  # fmt: skip
     if results.get("routing"):
         parts += ["## Routing (supp. Fig. 1)", "![routing](routing.png)"]
     return "\n\n".join(parts) + "\n"
