@@ -1,7 +1,8 @@
 """Tiny random-weight IMP dual encoders (AltCLIP, ALIGN, GroupViT, BLIP, FLAVA) saved like checkpoints.
 
 `materialize_tiny_dual_encoder(family, out_dir, texts)` writes the family's transformers class
-(`training.baselines.hf_dual_encoders.DUAL_ENCODER_CLASSES`) with a few-hundred-token BPE
+(the one `training.baselines.hf_dual_encoders.DUAL_ENCODER_CLASSES` loads; named again here
+because dryrun imports nothing from baselines) with a few-hundred-token BPE
 tokenizer trained on `texts` and the family's own image processor at 32 px, so
 `load_hf_zero_shot(family, out_dir)` reads it like the real checkpoint. Nothing is downloaded.
 """
@@ -30,17 +31,26 @@ def _tiny_efficientnet() -> dict[str, Any]:
             "num_block_repeats": [1, 1], "expand_ratios": [1, 2], "depthwise_padding": [], "hidden_dim": 32}  # fmt: skip
 
 
-def _config_and_processor(family: str, tok: Any) -> tuple[Any, Any]:
+def _config_and_processor(family: str, tok: Any) -> tuple[Any, Any, Any]:
+    """(model class, tiny config, image processor) of a family."""
     import transformers as tf
 
     if family == "altclip":
         config = tf.AltCLIPConfig(
             text_config=_text(tok, project_dim=16), vision_config=_VISION, projection_dim=16
         )
-        return config, tf.CLIPImageProcessor(size={"shortest_edge": IMAGE_SIZE}, crop_size=_PX)
+        return (
+            tf.AltCLIPModel,
+            config,
+            tf.CLIPImageProcessor(size={"shortest_edge": IMAGE_SIZE}, crop_size=_PX),
+        )
     if family == "align":
         config = tf.AlignConfig(text_config=_text(tok), vision_config=_tiny_efficientnet(), projection_dim=32)
-        return config, tf.EfficientNetImageProcessor(size=_PX, crop_size=_PX, do_center_crop=False)
+        return (
+            tf.AlignModel,
+            config,
+            tf.EfficientNetImageProcessor(size=_PX, crop_size=_PX, do_center_crop=False),
+        )
     if family == "groupvit":
         vision = {**_VISION, "depths": [1, 1], "num_hidden_layers": 2, "num_group_tokens": [4, 0],
                   "num_output_groups": [4, 4]}  # fmt: skip
@@ -48,11 +58,15 @@ def _config_and_processor(family: str, tok: Any) -> tuple[Any, Any]:
         config = tf.GroupViTConfig(
             text_config=text, vision_config=vision, projection_dim=16, projection_intermediate_dim=32
         )
-        return config, tf.CLIPImageProcessor(size={"shortest_edge": IMAGE_SIZE}, crop_size=_PX)
+        return (
+            tf.GroupViTModel,
+            config,
+            tf.CLIPImageProcessor(size={"shortest_edge": IMAGE_SIZE}, crop_size=_PX),
+        )
     if family == "blip":
         text = _text(tok, encoder_hidden_size=_VISION["hidden_size"], bos_token_id=tok.bos_token_id)
         config = tf.BlipConfig(text_config=text, vision_config=_VISION, image_text_hidden_size=16)
-        return config, tf.BlipImageProcessor(size=_PX)
+        return tf.BlipForImageTextRetrieval, config, tf.BlipImageProcessor(size=_PX)
     if family == "flava":
         config = tf.FlavaConfig(
             image_config=_VISION,
@@ -61,7 +75,7 @@ def _config_and_processor(family: str, tok: Any) -> tuple[Any, Any]:
             projection_dim=16,
             hidden_size=32,
         )
-        return config, tf.FlavaImageProcessor(size=_PX, crop_size=_PX)
+        return tf.FlavaModel, config, tf.FlavaImageProcessor(size=_PX, crop_size=_PX)
     raise ValueError(f"no tiny builder for family {family!r}")
 
 
@@ -71,13 +85,11 @@ def materialize_tiny_dual_encoder(
     """A tiny random `family` model, its tokenizer and image processor saved into out_dir."""
     import torch
 
-    from training.baselines.hf_dual_encoders import dual_encoder_class
-
     out = Path(out_dir)
     tok = _tokenizer(texts, append_eos=family == "groupvit")  # GroupViT pools its EOS token, like CLIP
-    config, processor = _config_and_processor(family, tok)
+    model_class, config, processor = _config_and_processor(family, tok)
     torch.manual_seed(seed)
-    dual_encoder_class(family)(config).save_pretrained(out)
+    model_class(config).save_pretrained(out)
     tok.save_pretrained(out)
     processor.save_pretrained(out)
     return out
