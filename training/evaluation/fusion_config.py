@@ -6,7 +6,7 @@ Kept apart from config.py like the `external` section; the scorer is
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from training.evaluation.external_config import IrflSection
 
@@ -56,3 +56,11 @@ class IrflFusionSection(_FusionSection):
     mlp: MlpSection = Field(default_factory=MlpSection)
     batch_size: int = 64
     device: str = "cpu"
+
+    @model_validator(mode="after")
+    def _one_weight_per_member(self) -> IrflFusionSection:
+        if self.weights is not None and len(self.weights) != len(self.members):
+            raise ValueError(
+                f"irfl_fusion.weights has {len(self.weights)} entries for {len(self.members)} members"
+            )
+        return self

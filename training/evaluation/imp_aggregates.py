@@ -88,7 +88,11 @@ def add_imp_aggregates(results: dict, zero_shot_rows: Sequence[str], difficulty_
     if results.get("imp"):
         results["imp_table2"] = auprc_over_models(results["imp"], zero_shot_rows)
     if difficulty_path is not None:
-        results["imp_table11"] = clipscore_table(pd.read_parquet(difficulty_path), caption_ids)
+        table = pd.read_parquet(difficulty_path)
+        if any(c.startswith("score/") for c in table.columns):
+            results["imp_table11"] = clipscore_table(table, caption_ids)
+        else:  # a difficulty table from elsewhere (imp.difficulty_table) may carry labels only
+            results["imp_table11"] = {"unavailable": f"{difficulty_path} has no score/<model> columns"}
 
 
 def _finite(x: Any) -> bool:
@@ -116,7 +120,9 @@ def imp_aggregates_markdown(results: dict) -> list[str]:
             table(["Difficulty", "AUPRC mean ± std", "models"], rows),
         ]
     t11 = results.get("imp_table11")
-    if t11:
+    if t11 and "unavailable" in t11:
+        parts += [f"## IMP Table 11: CLIPscore per difficulty\n\nunavailable: {t11['unavailable']}"]
+    elif t11:
         titles = {"full": "Full IMP", "easy": "Easy", "medium": "Medium", "hard": "Hard"}
         models = list(t11)
         rows = [

@@ -14,7 +14,6 @@ the MLP's history) goes to metrics.json.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import numpy as np
@@ -30,7 +29,6 @@ from training.baselines.clip_fusion import (
 )
 from training.external.irfl import DetectionTask, detection_accuracy
 
-log = logging.getLogger(__name__)
 ENSEMBLE = "Ours: Weighted Ens. (seed 004)"
 MLP = "Ours: Supervised MLP (seed 004)"
 

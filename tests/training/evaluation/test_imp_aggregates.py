@@ -95,3 +95,14 @@ def test_run_evaluation_reports_tables_2_and_11(tiny_export, tmp_path):
     assert data["imp_table11"]["v1.1"]["full"]["mean"] == pytest.approx(cos.mean(), rel=1e-5)
     report = (tmp_path / "o" / "report.md").read_text()
     assert "## IMP Table 2" in report and "## IMP Table 11" in report
+
+
+def test_a_difficulty_table_without_cosines_leaves_table_11_unavailable(tmp_path):
+    from training.evaluation.imp_aggregates import add_imp_aggregates
+
+    path = tmp_path / "difficulty.parquet"
+    pd.DataFrame({"text_id": ["a"], "difficulty": ["easy"]}).to_parquet(path)
+    results: dict = {}
+    add_imp_aggregates(results, [], str(path), ["a"])
+    assert "no score/<model> columns" in results["imp_table11"]["unavailable"]
+    assert "unavailable: " in "\n".join(imp_aggregates_markdown(results))

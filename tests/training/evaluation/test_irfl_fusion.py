@@ -113,3 +113,10 @@ def test_fusion_rows_say_what_to_configure(irfl):
     assert table["fusion"] == {}
     report = render_markdown({"irfl": table})
     assert f"| {ENSEMBLE} | unavailable" in report and "Seed 004 Table 2" not in report
+
+
+def test_fixed_weights_need_one_per_member(irfl, members):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="2 members"):
+        EvalConfig.model_validate({"baselines": {"irfl_fusion": {"members": members, "weights": [1.0]}}})
