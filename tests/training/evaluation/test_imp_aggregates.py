@@ -78,7 +78,14 @@ def test_run_evaluation_reports_tables_2_and_11(tiny_export, tmp_path):
     write_fake_encodings(tiny_export, "valid", tmp_path / "enc")
     oc_json = str(Path(__file__).resolve().parents[3] / "training" / "configs" / "eval-tiny-openclip.json")
     voters = [{"name": f"v{t}", "model_config_path": oc_json, "threshold": t} for t in (-1.0, 1.1)]
-    zero_shot = [{"row": r, "family": "open_clip", "model_config_path": oc_json} for r in ("CLIP", "CoCa")]
+    from training.dryrun.dual_encoders import materialize_tiny_dual_encoder
+    from training.evaluation.inputs import split_labels
+
+    flava = materialize_tiny_dual_encoder(
+        "flava", tmp_path / "flava", split_labels(str(tiny_export), "valid").captions
+    )
+    zero_shot = [{"row": "CLIP", "family": "open_clip", "model_config_path": oc_json},
+                 {"row": "FLAVA", "family": "flava", "path": str(flava)}]  # fmt: skip
     cfg = EvalConfig.model_validate(
         {"export_dir": str(tiny_export), "split": "valid", "encodings_dir": str(tmp_path / "enc"),
          "out_dir": str(tmp_path / "o"), "baselines": {"text_only": False, "zero_shot": zero_shot},
@@ -86,8 +93,8 @@ def test_run_evaluation_reports_tables_2_and_11(tiny_export, tmp_path):
     )  # fmt: skip
     run_evaluation(cfg)
     data = json.loads((tmp_path / "o" / "metrics.json").read_text())
-    assert data["imp_table2"]["models"] == ["CLIP", "CoCa"]
-    both = [data["imp"][m]["medium/AUPRC"] for m in ("CLIP", "CoCa")]
+    assert data["imp_table2"]["models"] == ["CLIP", "FLAVA"]  # an IMP transformers row like the CLIP rows
+    both = [data["imp"][m]["medium/AUPRC"] for m in ("CLIP", "FLAVA")]
     assert data["imp_table2"]["medium"]["mean"] == pytest.approx(np.mean(both))
     table = pd.read_parquet(tmp_path / "o" / "imp" / "difficulty.parquet")
     assert sorted(data["imp_table11"]) == ["g", "v-1.0", "v1.1"]
@@ -95,6 +102,8 @@ def test_run_evaluation_reports_tables_2_and_11(tiny_export, tmp_path):
     assert data["imp_table11"]["v1.1"]["full"]["mean"] == pytest.approx(cos.mean(), rel=1e-5)
     report = (tmp_path / "o" / "report.md").read_text()
     assert "## IMP Table 2" in report and "## IMP Table 11" in report
+    imp_tables = report.split("(IMP Table 4)", 1)[1]
+    assert imp_tables.count("| FLAVA |") == 2  # IMP Tables 4 and 5
 
 
 def test_a_difficulty_table_without_cosines_leaves_table_11_unavailable(tmp_path):
