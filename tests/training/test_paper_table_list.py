@@ -1,6 +1,7 @@
 """docs/evaluation.md lists every table of the papers: produced (by existing EvalConfig keys or a
 named `lenses` command) or marked cannot with a reason. Table numbers come from the seed texts'
-captions, so a table cannot silently drop out of the list."""
+captions, so a table cannot silently drop out of the list; the row names the papers print are
+pinned in PAPER_ROWS (each checked against its seed text), so a row cannot drop out either."""
 
 from __future__ import annotations
 
@@ -20,6 +21,74 @@ SEEDS = {"main": "001_*.txt", "supp.": "000_*.txt", "IMP": "003_*.txt", "SCA": "
 # EvalConfig and must leave this set (the test says so), so the list is checked against the code.
 PENDING_MERGE: set[str] = set()  # keys of the list whose code is on a branch not merged yet
 CAPTION = re.compile(r"^Table (\d+)[.:]", re.MULTILINE)
+REFERENCE = re.compile(r"\b(main|supp\.|IMP|SCA) Table (\d+)")
+_IMP_MODELS = ("CLIP-ViT-L/14", "AltCLIP", "ALIGN", "ConvNeXt", "GroupViT", "SigLIP", "ALBEF", "BLIP", "FLAVA",
+               "CoCa", "BLIP2-g", "BLIP2-ViT-L", "BLIP2-g-COCO", "EVA-CLIP", "EVA02", "ImageBind")  # fmt: skip
+_SUPP1 = ("OpenAI CLIP-B/16", "Open CLIP-B/16", "EVA-02-CLIP-B/16", "OpenAI CLIP-L/14", "Open CLIP-L/14",
+          "EVA-02-CLIP-L/14", "MagicLens-B", "MagicLens-L", "VLM2Vec", "BGE-VL-MLLM", "Lenses - All",
+          ("Lenses - Literal", "Lenses - "))  # fmt: skip
+# Every row the papers print, per (paper, table), as docs/evaluation.md names it; a pair is
+# (name in the doc, how the seed text spells it) where the two differ (icons lost in extraction).
+PAPER_ROWS: dict[tuple[str, str], tuple] = {
+    ("main", "1"): ("Train", "Valid", "Test", "Total"),
+    ("main", "2"): ("BLIP-2", "CLIP", "CoCa", "OpenCLIP", "Jina-v4", "BGE-VL-Large", "BGE-VL-MLLM", "Lenses"),
+    ("main", "3"): ("L_ret", ("L_cap->slot", "cap"), ("P->C", "P→C"), ("C->P", "C→P")),
+    ("main", "4"): ("BGE-VL-MLLM", "BGE-VL-MLLM (Fine-Tune)", "Lenses"),
+    ("main", "5"): (
+        "BLIP-2",
+        "BGE-VL-Large",
+        "CLIP",
+        "CoCa",
+        "Jina-v4",
+        "Onepiece",
+        "OpenCLIP",
+        "SigLIP-2",
+        "BGE-VL-MLLM",
+        "Lenses - All",
+        ("- Literal", "Lenses - "),
+        ("- Emotional", "Lenses - "),
+    ),
+    ("main", "6"): ("InternVL3.5-4B", "8B", "14B", "38B"),
+    ("supp.", "1"): _SUPP1,
+    ("supp.", "2"): _SUPP1,
+    ("supp.", "3"): (
+        "Global only (w/o prompts)",
+        "Global only (w/ prompts)",
+        "No-mask",
+        "Lens-masked",
+        ("Full model", "Full Model"),
+    ),
+    ("supp.", "4"): (("fallback rate per lens", "Fallback Rate"),),
+    ("supp.", "5"): ("z=0", "z=1", "z>1"),
+    ("supp.", "6"): ("BGE-VL-MLLM", "Lenses", "Qwen3VL-30B-A3B", "Grok 4.1 Fast", "InternVL3.5-38B"),
+    ("supp.", "7"): ("BGE-VL-MLLM", "InternVL3.5-4B", "8B", "14B", "38B"),
+    ("supp.", "8"): ("RSUM", ("lambda_slot", "λ_{slot}")),
+    ("supp.", "9"): (
+        "zero-shot CLIP",
+        ("fine-tuned CLIP", "CLIP"),
+        ("fine-tuned BGE-VL-MLLM", "BGE-VL-MLLM"),
+        "Lenses - All",
+    ),
+    ("IMP", "1"): ("25", "100"),
+    ("IMP", "2"): ("mean AUPRC",),
+    ("IMP", "3"): (*_IMP_MODELS, "CLIP-ViT-B/32", "PVSE", "PCME", "DivE"),
+    ("IMP", "4"): (*_IMP_MODELS, "CLIP-ViT-B/32", "PVSE", "PCME", "DivE"),
+    ("IMP", "5"): _IMP_MODELS,
+    ("IMP", "6"): ("YFCC15M", "CLIP400M", "Commonpool", "CC12M", "DataComp", "LAION"),
+    ("IMP", "7"): (("CLIP base", "CLIP"), "PVSE", "PCME", "DivE", "100K", "500K", "5M"),
+    ("IMP", "8"): (("CLIP base", "CLIP"), "PVSE", "PCME", "DivE", "500K"),
+    ("IMP", "9"): ("model variants",),
+    ("IMP", "10"): ("parameter count",),
+    ("IMP", "11"): ("CLIPscore", "VQAscore"),
+    ("SCA", "1"): ("CLIP-ViT-B/16", "B/32", "RN50", "RN50x64", "BLIP2"),
+    ("SCA", "2"): ("ensemble weight configurations",),
+    ("SCA", "3"): ("CLIP (IRFL zero shot)", "Weighted Ens.", "Supervised MLP", "LoRA-CLIP", "Human (IRFL)"),
+    ("SCA", "4"): ("ConceptNet augmentation",),
+    ("SCA", "5"): ("Single CLIP", "Simple", "Weighted", "Max-Sim"),
+    ("SCA", "6"): (("LoRA configurations", "LoRA"),),
+    ("SCA", "7"): (("FIGMENT idioms per language", "FIGMENT"),),
+    ("SCA", "8"): (("FIGMENT accuracy, margin, literal bias", "FIGMENT"),),
+}
 
 
 def _rows() -> list[dict[str, str]]:
@@ -114,3 +183,55 @@ def test_every_captioned_table_of_the_seeds_is_listed():
         assert captioned == listed[paper], (
             f"{paper}: captioned {sorted(captioned)}, listed {sorted(listed[paper])}"
         )
+
+
+def _normal(text: str) -> str:
+    return "".join(ch for ch in text.lower() if ch.isalnum())
+
+
+def _named(name: str, cells: str) -> bool:
+    """Whether `name` appears in `cells` as a whole name (CLIP is not found inside OpenCLIP)."""
+    return re.search(rf"(?<![A-Za-z0-9]){re.escape(name)}(?![A-Za-z0-9])", cells, re.IGNORECASE) is not None
+
+
+def rows_cells(rows: list[dict[str, str]]) -> dict[tuple[str, str], str]:
+    """Per (paper, table): its `rows` cells, plus those of any table a cell refers to."""
+    own: dict[tuple[str, str], str] = {}
+    for r in rows:
+        key = (r["paper"], re.match(r"\d+", r["table"]).group())
+        own[key] = own.get(key, "") + " | " + r["rows"]
+    return {k: v + "".join(own.get(ref, "") for ref in REFERENCE.findall(v)) for k, v in own.items()}
+
+
+def missing_rows(rows: list[dict[str, str]]) -> list[str]:
+    cells = rows_cells(rows)
+    return [
+        f"{paper} Table {table}: {name if isinstance(name, str) else name[0]!r}"
+        for (paper, table), names in PAPER_ROWS.items()
+        for name in names
+        if not _named(name if isinstance(name, str) else name[0], cells.get((paper, table), ""))
+    ]
+
+
+def test_every_row_the_papers_print_is_listed():
+    assert set(PAPER_ROWS) == set(rows_cells(_rows())), "PAPER_ROWS must pin every listed table"
+    assert missing_rows(_rows()) == []
+
+
+def test_a_dropped_row_is_noticed():
+    rows = _rows()
+    imp3 = next(r for r in rows if r["paper"] == "IMP" and r["table"] == "3" and "ALIGN" in r["rows"])
+    imp3["rows"] = imp3["rows"].replace("ALIGN, ", "")
+    dropped = {"IMP Table 3: 'ALIGN'", "IMP Table 4: 'ALIGN'", "IMP Table 5: 'ALIGN'"}  # 4, 5 refer to 3
+    assert dropped <= set(missing_rows(rows)) and not dropped & set(missing_rows(_rows()))
+
+
+def test_pinned_rows_are_the_papers_own():
+    seeds = _seed_dir()
+    if seeds is None:
+        pytest.skip("shared/seeds (the papers) is not beside this checkout")
+    for (paper, table), names in PAPER_ROWS.items():
+        (text,) = [_normal(p.read_text(encoding="utf-8")) for p in seeds.glob(SEEDS[paper])]
+        for name in names:
+            spelt = name if isinstance(name, str) else name[1]
+            assert _normal(spelt) in text, f"{paper} Table {table}: {spelt!r} is not in {SEEDS[paper]}"

@@ -7,6 +7,8 @@ Families (the checkpoints meant are listed in docs/evaluation.md):
   the queries, exactly what the model's `use_image_text_matching_head=False` forward returns.
 - `hf_clip`: a `CLIPModel` (BAAI/BGE-VL-large, BAAI/BGE-VL-base are CLIP models; their remote
   code only wraps `get_image_features`/`get_text_features`), scored by cosine.
+- `altclip`, `align`, `groupvit`, `blip`, `flava`: IMP's other rows (seed 003), scored by cosine;
+  their classes and embeddings are in `training.baselines.hf_dual_encoders`.
 - `jina_v4` is **unavailable**: jinaai/jina-embeddings-v4 needs its own remote modeling code
   (trust_remote_code; Qwen2.5-VL with task LoRA adapters), which transformers does not ship, so
   it can be neither loaded offline from a plain checkpoint nor built tiny for a test.
@@ -26,6 +28,13 @@ import torch
 import torch.nn.functional as F
 
 from training.baselines.global_only import global_scores
+from training.baselines.hf_dual_encoders import (
+    DUAL_ENCODER_CLASSES,
+    default_text_tokens,
+    dual_encoder_class,
+    dual_image_features,
+    dual_text_features,
+)
 
 UNAVAILABLE_FAMILIES = {
     "jina_v4": "needs jinaai/jina-embeddings-v4's remote modeling code (trust_remote_code), which "
@@ -66,11 +75,16 @@ def load_hf_zero_shot(family: str, path: str, *, device: str = "cpu", max_text_t
         from transformers import CLIPModel as cls
 
         default_len = None
+    elif family in DUAL_ENCODER_CLASSES:
+        cls, default_len = dual_encoder_class(family), None
     else:
-        raise ValueError(f"unknown transformers zero-shot family {family!r}; expected blip2 or hf_clip")
+        raise ValueError(
+            f"unknown transformers zero-shot family {family!r}; expected blip2, hf_clip or one of "
+            f"{sorted(DUAL_ENCODER_CLASSES)}"
+        )
     model = cls.from_pretrained(str(root), local_files_only=True).to(device).eval()
     if default_len is None:
-        default_len = int(model.config.text_config.max_position_embeddings)
+        default_len = default_text_tokens(family, model.config)
     return HFZeroShot(
         family,
         model,
@@ -127,12 +141,15 @@ def _features(output) -> torch.Tensor:
 
 @torch.no_grad()
 def encode_hf_images(bundle: HFZeroShot, paths: Sequence[str], batch_size: int = 32) -> torch.Tensor:
-    """Unit-norm image embeddings on CPU: [n, d] (hf_clip) or [n, Q, d] (blip2)."""
+    """Unit-norm image embeddings on CPU: [n, d] (hf_clip, IMP families) or [n, Q, d] (blip2)."""
     parts = []
     for i in range(0, len(paths), batch_size):
         px = _pixels(bundle, paths[i : i + batch_size])
         if bundle.family == "blip2":
             parts.append(_blip2_images(bundle.model, px).float().cpu())
+        elif bundle.family in DUAL_ENCODER_CLASSES:
+            feats = dual_image_features(bundle.family, bundle.model, px)
+            parts.append(F.normalize(feats.float(), dim=-1).cpu())
         else:
             parts.append(
                 F.normalize(_features(bundle.model.get_image_features(pixel_values=px)).float(), dim=-1).cpu()
@@ -148,6 +165,10 @@ def encode_hf_texts(bundle: HFZeroShot, texts: Sequence[str], batch_size: int = 
         tok = _tokens(bundle, texts[i : i + batch_size])
         if bundle.family == "blip2":
             parts.append(_blip2_texts(bundle.model, **tok).float().cpu())
+        elif bundle.family in DUAL_ENCODER_CLASSES:
+            parts.append(
+                F.normalize(dual_text_features(bundle.family, bundle.model, **tok).float(), dim=-1).cpu()
+            )
         else:
             parts.append(F.normalize(_features(bundle.model.get_text_features(**tok)).float(), dim=-1).cpu())
     return torch.cat(parts)

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from lenses_data.config import deep_merge
 from training.baselines.clip_finetune_config import ClipFinetuneSection
 from training.evaluation.external_config import ExternalSection
+from training.evaluation.fusion_config import IrflFusionSection
 from training.retriever.config import SMOOTH_CHAMFER_ALPHA, SMOOTH_CHAMFER_DENOMINATOR
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"  # training/configs
@@ -75,7 +76,10 @@ class LoraClipSection(_Section):
     device: str = "cpu"
 
 
-ZeroShotFamily = Literal["open_clip", "blip2", "hf_clip", "bge_vl_mllm", "jina_v4"]
+ZeroShotFamily = Literal[
+    "open_clip", "blip2", "hf_clip", "bge_vl_mllm", "jina_v4", "altclip", "align", "groupvit", "blip", "flava"
+]
+_LOCAL_DIR_FAMILIES = ("blip2", "hf_clip", "bge_vl_mllm", "altclip", "align", "groupvit", "blip", "flava")
 
 
 class ZeroShotSection(_Section):
@@ -85,7 +89,7 @@ class ZeroShotSection(_Section):
     family: ZeroShotFamily
     path: str | None = Field(
         default=None,
-        description="Local model directory (blip2, hf_clip, bge_vl_mllm); open_clip: checkpoint file or "
+        description="Local model directory (every family but open_clip); open_clip: checkpoint file or "
         "null for random weights",
     )
     model_name: str = Field(default="ViT-B-32", description="open_clip architecture name")
@@ -99,7 +103,7 @@ class ZeroShotSection(_Section):
 
     @model_validator(mode="after")
     def _needs_path(self) -> ZeroShotSection:
-        if self.family in ("blip2", "hf_clip", "bge_vl_mllm") and not self.path:
+        if self.family in _LOCAL_DIR_FAMILIES and not self.path:
             raise ValueError(
                 f"zero-shot row {self.row!r} ({self.family}) needs path: a local model directory"
             )
@@ -114,6 +118,7 @@ class BaselinesSection(_Section):
         default=None, description="Checkpoint of the global-only fine-tuned model (its ArtEmis row)"
     )
     lora_clip: LoraClipSection = Field(default_factory=LoraClipSection)
+    irfl_fusion: IrflFusionSection = Field(default_factory=IrflFusionSection)  # seed 004's ensemble, MLP
     global_only_encodings: str | None = Field(
         default=None, description="Encodings dir of a global-only fine-tuned model (scored by global cosine)"
     )

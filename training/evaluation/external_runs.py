@@ -52,6 +52,7 @@ def irfl_benchmark(cfg: EvalConfig, clip_bundle) -> tuple[dict[str, dict[str, An
         lora_clip_scores,
         read_irfl_items,
     )
+    from training.evaluation.irfl_fusion import irfl_extra_systems
 
     task, per_item = read_irfl_items(cfg.external.irfl)
     zero_shot = open_clip_scores(clip_bundle, cfg, task.image_paths, task.phrases).T  # [n_phrases, n_images]
@@ -60,6 +61,9 @@ def irfl_benchmark(cfg: EvalConfig, clip_bundle) -> tuple[dict[str, dict[str, An
     if lc.adapter_dir is not None:
         scores[LORA_CLIP] = lora_clip_scores(lc, task.image_paths, task.phrases)
     reasons = {LORA_CLIP: "baselines.lora_clip.adapter_dir not set (train with `lenses train-lora-clip`)"}
+    extra, extra_reasons, fusion = irfl_extra_systems(cfg, task)  # seed 004's ensemble, MLP; BLIP-2
+    scores.update(extra)
+    reasons.update(extra_reasons)
     out: dict[str, dict[str, Any]] = {}
     row, col = 0, 0
     for stem, item_task in per_item.items():  # the pooled task keeps each CSV's rows and images in order
@@ -70,4 +74,4 @@ def irfl_benchmark(cfg: EvalConfig, clip_bundle) -> tuple[dict[str, dict[str, An
             "n_rejected_rows": float(len(item_task.rejections)),
         }
         row, col = row + rows, col + cols
-    return out, irfl_table(task, scores, reasons)
+    return out, {**irfl_table(task, scores, reasons), "fusion": fusion}

@@ -20,8 +20,8 @@ ZERO_SHOT = "CLIP (IRFL zero-shot), open_clip"
 LORA_CLIP = "Ours: LoRA-CLIP (seed 004)"
 TYPE_COLUMNS = (("idiom", "Idioms"), ("metaphor", "Metaphors"), ("simile", "Similes"))
 UNAVAILABLE = {
-    "Ours: Weighted Ens. (seed 004)": "not implemented (CLIP ensemble with weights tuned on IRFL validation data)",
-    "Ours: Supervised MLP (seed 004)": "not implemented (MLP fusion of four CLIP variants' embeddings)",
+    "Ours: Weighted Ens. (seed 004)": "not run: configure baselines.irfl_fusion (members, valid rows)",
+    "Ours: Supervised MLP (seed 004)": "not run: configure baselines.irfl_fusion (members, train and valid rows)",
     "Lenses (lens model)": "the lens model encodes an image together with its image-side prompts; IRFL has none",
     "Human (IRFL)": "a human study (the IRFL paper reports 97 / 99.7 / 100), not computable",
 }
@@ -66,10 +66,13 @@ def lora_clip_scores(section, image_paths: list[str], texts: list[str]) -> np.nd
 def irfl_table(task: DetectionTask, scores: dict[str, np.ndarray], reasons: dict[str, str]) -> dict[str, Any]:
     """{"systems": {name: metrics or {"unavailable": reason}}, "n_rows", "types"} in the table's order.
 
-    scores: per system, [n_phrases, n_images] over the pooled task.
+    scores: per system, [n_phrases, n_images] over the pooled task. Systems outside the seed's
+    rows (e.g. "BLIP-2 (zero-shot)") follow the zero-shot CLIP row; reasons name the others.
     """
     systems: dict[str, Any] = {}
-    for name in (ZERO_SHOT, *list(UNAVAILABLE)[:2], LORA_CLIP, *list(UNAVAILABLE)[2:]):
+    seed_rows = (ZERO_SHOT, *list(UNAVAILABLE)[:2], LORA_CLIP, *list(UNAVAILABLE)[2:])
+    extra = [n for n in [*scores, *reasons] if n not in seed_rows]
+    for name in dict.fromkeys((ZERO_SHOT, *extra, *seed_rows[1:])):
         if name in scores:
             systems[name] = figurative_metrics(task, scores[name])
         else:
@@ -91,7 +94,8 @@ def irfl_table_markdown(table: dict[str, Any]) -> str:
     for name, m in table["systems"].items():
         if "unavailable" in m:
             cells = ["unavailable"] * (len(header) - 1)
-            cells[-1] = f"unavailable: {m['unavailable']}"
+            why = m["unavailable"]
+            cells[-1] = why if why.startswith("not run") else f"unavailable: {why}"
         else:
             cells = [_cell(m, f"accuracy/{t}", 1) for t, _ in TYPE_COLUMNS]
             cells += [_cell(m, "accuracy", 1), _cell(m, "margin", 3), _cell(m, "literal_bias", 1)]

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from lenses_data.schemas import LENS_KEYS, LENS_NAMES
+from training.evaluation.imp_aggregates import imp_aggregates_markdown
 from training.evaluation.markdown import fmt as _fmt
 from training.evaluation.markdown import table as _table
 from training.evaluation.paper_tables import paper_tables_markdown
@@ -192,6 +193,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             "## IMP binary image-text classification, AUPRC per difficulty (IMP Table 5)",
             imp_auprc_markdown(results["imp"]),
         ]
+    parts += imp_aggregates_markdown(results)  # IMP Tables 2 and 11
     if results.get("ablations"):
         parts += [
             "## Similarity ablation on fixed embeddings (supp. Table 3)",
@@ -215,6 +217,11 @@ def render_markdown(results: dict[str, Any]) -> str:
             "forced choices with s(p, I_lit) >= s(p, I_fig))",
             irfl_table_markdown(results["irfl"]),
         ]
+        if results["irfl"].get("fusion", {}).get("grid"):  # seed 004 Table 2
+            from training.evaluation.irfl_fusion import fusion_grid_markdown
+
+            parts += ["## Seed 004 Table 2: ensemble weights by validation accuracy (best 10)",
+                      fusion_grid_markdown(results["irfl"]["fusion"])]  # fmt: skip
     if results.get("routing"):
         parts += ["## Routing (supp. Fig. 1)", "![routing](routing.png)"]
     return "\n\n".join(parts) + "\n"

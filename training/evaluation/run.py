@@ -20,6 +20,7 @@ from training.evaluation.ablations import SIMILARITY_VARIANTS, similarity_ablati
 from training.evaluation.config import EvalConfig
 from training.evaluation.external_runs import external_benchmarks
 from training.evaluation.harnesses import add_harness_results, harness_systems
+from training.evaluation.imp_aggregates import add_imp_aggregates
 from training.evaluation.imp_discarded import (
     NegativeScores,
     imp_by_system,
@@ -238,6 +239,8 @@ def run_evaluation(cfg: EvalConfig) -> tuple[dict[str, Any], dict[str, Path]]:
     if imp_summary is not None:
         results["meta"]["imp_split"] = imp_summary
     results["meta"]["imp_negatives"] = negatives_meta  # None without imp.negatives: discarded
+    table = imp_summary["table"] if imp_summary else None  # IMP Tables 2 and 11
+    add_imp_aggregates(results, [e.row for e in cfg.baselines.zero_shot], table, labels.caption_ids)
     results["external"], irfl = external_benchmarks(cfg, clip_bundle)
     if irfl is not None:
         results["irfl"] = irfl
