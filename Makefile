@@ -57,8 +57,9 @@ postgres:
 	  || echo "WARNING: postgresql could not be installed; the Prefect deployment tests will fail"; \
 	fi
 
+# PYTHONFAULTHANDLER: a crash (CI once saw a segfault as pytest exited) prints every thread's stack.
 test: postgres $(TEST_STAMP) $(VLLM_STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	PYTHONFAULTHANDLER=1 $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
 
 .PHONY: vllm-env
