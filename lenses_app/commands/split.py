@@ -24,24 +24,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     import json
-    import sys
     from pathlib import Path
 
-    from lenses_data.config import ConfigError, load_config
-    from lenses_data.io import StageIncompleteError
+    from lenses_app.stage_command import resolve, stage_error
 
     try:
-        config = load_config(args.config)
-        if args.input:
-            config.split.input_stage = args.input
+        config = resolve(args, {"split": {"input_stage": args.input}} if args.input else None)
         from lenses_data.stages.base import run_stage
+        from lenses_data.stages.entry import guarded_stage
         from lenses_data.stages.split import SplitStage, format_summary
 
-        run = Path(args.run or config.run_dir)
-        config.run_dir = str(run)
-        summary = run_stage(SplitStage(config), run)
-    except (ConfigError, StageIncompleteError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        with guarded_stage("split", config):  # the lock, then the settings check
+            summary = run_stage(SplitStage(config), Path(config.run_dir))
+    except Exception as error:  # noqa: BLE001 - an expected failure is one line and its exit code
+        return stage_error(error, (ValueError,))
     print(json.dumps(summary, indent=1, default=str) if args.json else format_summary(summary))
     return 0

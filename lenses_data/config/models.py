@@ -35,7 +35,7 @@ INTERNVL_HF_ONE_TILE: dict[str, Any] = {"max_patches": 1}
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class SamplingConfig(Section):
