@@ -56,7 +56,9 @@ def prepare(base: Path, pool: Path, shard_size: int, sim_url: str) -> None:
     from flows.stages import run_stage_with_runner
 
     config = _config(base, pool, shard_size, "", sim_url)
-    config.orchestration.task_runner = "thread"
+    config = config.model_copy(
+        update={"orchestration": config.orchestration.model_copy(update={"task_runner": "thread"})}
+    )
     for stage in ("ingest", "dedupe"):
         run_stage_with_runner(stage, config)
 

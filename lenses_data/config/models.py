@@ -248,6 +248,10 @@ class ModelsConfig(Section):
             raise KeyError(f"unknown model role {name!r}; expected one of {ROLES}")
         return getattr(self, name)
 
+    def with_role(self, name: str, **changes: Any) -> ModelsConfig:
+        """A copy with role `name`'s fields changed (the config is frozen)."""
+        return self.model_copy(update={name: self.role(name).model_copy(update=changes)})
+
     def choice_style(self, role: str, server_version: str | None = None) -> str:
         """The request field for a choice constraint for this role: the role's setting, else what
         the serving release understands (the server's reported version, else the pinned one)."""

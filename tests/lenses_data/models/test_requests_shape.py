@@ -73,7 +73,7 @@ def _sent(rows: list[dict[str, Any]], placeholder: str | None = INTERNVL_IMAGE_P
     with run_in_thread(SimConfig(record_requests=100)) as url:
         config = sim_models_config([url], timeout_s=5)
         for role in ("filter", "generator", "visual_validator"):
-            config.role(role).image_placeholder = placeholder
+            config = config.with_role(role, image_placeholder=placeholder)
         results = ModelClient(config).run_sync(_requests(rows), lambda raw: raw)
         assert all(r.ok for r in results)
         return httpx.get(url.removesuffix("/v1") + "/sim/requests", timeout=5).json()["requests"]
