@@ -92,7 +92,8 @@ def build_dataset(
         simulate: Answer every model call with the built-in simulator (dry run, outputs marked simulated).
         stop_after: Stop after this stage (e.g. dedupe); empty: run every stage.
         train_deployment: After export, start this deployment (e.g. train-retriever/h200x8).
-        overrides: Config fields merged over the file, nested as in the YAML, e.g. {"shard_size": 500}.
+        overrides: Config fields over the file and the LENSES__ environment, nested as in the YAML,
+            e.g. {"shard_size": 500}.
     """
 
     def body() -> dict[str, Any]:

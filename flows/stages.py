@@ -161,8 +161,9 @@ STAGE_FLOW_DOC = """Run the `{stage}` stage of the Lenses pipeline over every sh
 
     Args:
         config_path: YAML config file on the worker (e.g. configs/production.yaml); empty: built-in defaults.
-        run_dir: Run directory; overrides the config's run_dir.
-        overrides: Config fields merged over the file, nested as in the YAML, e.g. {{"shard_size": 500}}.
+        run_dir: Run directory; overrides the config's run_dir (and LENSES__RUN_DIR).
+        overrides: Config fields over the file and the LENSES__ environment, nested as in the YAML,
+            e.g. {{"shard_size": 500}}.
     """
 
 

@@ -8,6 +8,23 @@ from __future__ import annotations
 
 import argparse
 
+# The epilog of every stage command's --help.
+GUARD_EPILOG = (
+    "Like `lenses run`, the command holds the run directory (exit 3 while a live run has it) and "
+    "refuses settings that differ from those this stage's outputs on disk, or the next stage's, were "
+    "made with (exit 2, each changed setting named as old -> new; nothing written). Config: the file, "
+    "then LENSES__ environment variables, then this command's flags. Exit codes: 0 done; 2 bad "
+    "configuration, changed settings or unfinished input; 3 run directory in use; 4 model service failed."
+)
+
+
+def add_config_options(parser: argparse.ArgumentParser) -> None:
+    """`--run` and `--config`, and the guard's epilog, as every stage command has them."""
+    parser.add_argument("--run", help="run directory (default: run_dir of the config)")
+    parser.add_argument("--config", help="pipeline YAML config (default: built-in defaults)")
+    parser.epilog = GUARD_EPILOG
+
+
 # A model endpoint could not do the work (down after retries, or lacking a needed feature): the
 # shard in progress wrote nothing and a rerun retries it.
 MODEL_SERVICE_EXIT = 4

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from lenses_app.stage_command import resolve, stage_error
+from lenses_app.stage_command import add_config_options, resolve, stage_error
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "filter": (
@@ -44,15 +44,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--run", help="run directory (default: run_dir of the config)")
-    parser.add_argument("--config", help="pipeline YAML config (default: built-in defaults)")
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     for command, (stage, help_text) in COMMANDS.items():
         parser = subparsers.add_parser(command, help=help_text, description=help_text)
-        _common(parser)
+        add_config_options(parser)
         parser.add_argument(
             "--simulate", action="store_true", help="answer model calls with the built-in simulator (dry run)"
         )
@@ -62,8 +57,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="write the final dataset: images/captions/prompts/rejections.parquet, manifest.json and a "
         "dataset card README.md with figures",
     )
-    _common(parser)
-    parser.add_argument("--out", help="output folder (default: RUN/export)")
+    add_config_options(parser)
+    parser.add_argument(
+        "--out",
+        help="output folder (default: RUN/export); elsewhere, the run is only read: the lock is held, "
+        "no settings are checked against or recorded in RUN/export",
+    )
     parser.add_argument(
         "--embed-images",
         action="store_true",

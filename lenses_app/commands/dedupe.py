@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from lenses_app.stage_command import add_config_options
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -11,8 +13,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="group near-duplicates of RUN/ingest by perceptual hash (and CLIP embeddings when a local "
         "checkpoint is configured), keep one survivor per group, write RUN/dedupe and rejections",
     )
-    parser.add_argument("--run", help="run directory (default: run_dir of the config)")
-    parser.add_argument("--config", help="pipeline YAML config (default: built-in defaults)")
+    add_config_options(parser)
     parser.add_argument(
         "--calibrate",
         metavar="POOL",

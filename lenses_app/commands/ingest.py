@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 
+from lenses_app.stage_command import add_config_options
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -22,8 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="a source (repeatable); kind detected from the path, or forced with a prefix like tsv:PATH; "
         "default: ingest.sources of the config",
     )
-    parser.add_argument("--run", help="run directory (default: run_dir of the config)")
-    parser.add_argument("--config", help="pipeline YAML config (default: built-in defaults)")
+    add_config_options(parser)
     parser.add_argument("--workers", type=int, help="decode processes (overrides ingest.workers)")
     parser.set_defaults(func=handle)
 

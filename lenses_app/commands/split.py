@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from lenses_app.stage_command import add_config_options
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -11,8 +13,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="assign dedupe survivors (filter-passed ones when RUN/filter is complete) to train/valid/test "
         "deterministically, whole groups at a time, and report cross-split pairs (always 0)",
     )
-    parser.add_argument("--run", help="run directory (default: run_dir of the config)")
-    parser.add_argument("--config", help="pipeline YAML config (default: built-in defaults)")
+    add_config_options(parser)
     parser.add_argument(
         "--input",
         choices=("auto", "filter", "dedupe"),
