@@ -42,8 +42,9 @@ def handle(args: argparse.Namespace) -> int:
 
         start_decoders(config.ingest.workers)  # the decoders' imports overlap the ones below
         from lenses_data.stages.entry import guarded_stage
-        from lenses_data.stages.ingest import run_ingest
+        from lenses_data.stages.ingest import checked_sources, run_ingest
 
+        checked_sources(config.ingest.sources, config)  # a missing source says so, whatever the run holds
         with guarded_stage("ingest", config):  # the lock, then the settings check
             summary = run_ingest(config.ingest.sources, config.run_dir, config)
     except Exception as error:  # noqa: BLE001 - an expected failure is one line and its exit code
