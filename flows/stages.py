@@ -134,15 +134,12 @@ def stage_shards_flow(stage_name: str, config: PipelineConfig, progress_id: str 
         return Failed(message=explain(error), data=error)
 
 
-def run_stage_with_runner(
-    stage_name: str, config: PipelineConfig, run: GuardedRun | None = None
-) -> dict[str, Any]:
+def run_stage_with_runner(stage_name: str, config: PipelineConfig, run: GuardedRun) -> dict[str, Any]:
     """Run one stage in its subflow; its table, banner and progress go on the calling flow run.
 
-    The flows pass the run they hold (`lenses_data.stages.entry`): the stage's checked settings are
-    recorded before its first shard. Tests and benchmarks on a scratch directory may pass none."""
-    if run is not None:
-        run.begin(stage_name)
+    `run` is the run directory held through `lenses_data.stages.entry`, its settings checked: the
+    stage's are recorded before its first shard."""
+    run.begin(stage_name)
     runner = make_task_runner(config)
     progress = start_progress(config.run_dir, stage_name)
     configured = stage_shards_flow.with_options(
