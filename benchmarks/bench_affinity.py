@@ -64,7 +64,7 @@ def run_variant(
     for url in urls:
         httpx.post(url.removesuffix("/v1") + "/sim/reset", timeout=5)
     config = sim_models_config(urls, timeout_s=120, concurrency=slots)
-    config.generator.image_affinity = variant == "affinity"
+    config = config.with_role("generator", image_affinity=variant == "affinity")
     client = ModelClient(config.model_copy(update={"progress_interval_s": 3600}))
     start = time.perf_counter()
     results = client.run_sync(requests, lambda raw: raw)

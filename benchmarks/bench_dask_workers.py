@@ -15,6 +15,7 @@ would add). Reported as ratios against 1 worker. Cluster start-up is not timed. 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -54,11 +55,15 @@ TIMED = ("filter", "generate")
 def prepare(base: Path, pool: Path, shard_size: int, sim_url: str) -> None:
     """Ingest and dedupe once, on threads: every worker count starts from a copy of this run."""
     from flows.stages import run_stage_with_runner
+    from lenses_data.stages.entry import guarded_stage
 
     config = _config(base, pool, shard_size, "", sim_url)
-    config.orchestration.task_runner = "thread"
+    config = config.model_copy(
+        update={"orchestration": config.orchestration.model_copy(update={"task_runner": "thread"})}
+    )
     for stage in ("ingest", "dedupe"):
-        run_stage_with_runner(stage, config)
+        with guarded_stage(stage, config) as held:
+            run_stage_with_runner(stage, config, held)
 
 
 WARM_MODULES = ("flows.stages", "lenses_data.stages.filter", "lenses_data.stages.generate", "openai")
@@ -85,10 +90,12 @@ def time_stages(workers: int, base: Path, pool: Path, shard_size: int, sim_url: 
     import distributed
 
     from flows.stages import run_stage_with_runner
+    from lenses_data.stages.entry import guarded_run
 
     timings = {}
     with (
         tempfile.TemporaryDirectory() as tmp,
+        contextlib.ExitStack() as stack,
         distributed.LocalCluster(
             n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
         ) as cluster,
@@ -97,9 +104,11 @@ def time_stages(workers: int, base: Path, pool: Path, shard_size: int, sim_url: 
         run = Path(tmp) / "run"
         shutil.copytree(base, run)
         config = _config(run, pool, shard_size, cluster.scheduler_address, sim_url)
+        held = stack.enter_context(guarded_run(run))
         for stage in ("filter", "split", "generate"):
+            held.check_stage(stage, config)  # the settings guard, outside the timed part
             started = time.perf_counter()
-            summary = run_stage_with_runner(stage, config)
+            summary = run_stage_with_runner(stage, config, held)
             if stage in TIMED:
                 timings[stage] = (time.perf_counter() - started, summary["shards"])
     return timings

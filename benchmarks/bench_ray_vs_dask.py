@@ -61,6 +61,7 @@ def time_stages(cluster, base: Path, pool: Path, shard_size: int, sim_url: str) 
     """Start-up seconds, and (seconds, shards) of filter and generate on a copy of `base`."""
     from flows.common import one_cluster_per_build
     from flows.stages import run_stage_with_runner
+    from lenses_data.stages.entry import guarded_run
 
     timings: dict = {}
     with tempfile.TemporaryDirectory() as tmp, cluster() as (orchestration, startup_s):
@@ -71,10 +72,11 @@ def time_stages(cluster, base: Path, pool: Path, shard_size: int, sim_url: str) 
         config = config.model_copy(
             update={"orchestration": config.orchestration.model_copy(update=orchestration)}
         )
-        with one_cluster_per_build(config) as staged:
+        with guarded_run(run) as held, one_cluster_per_build(config) as staged:
             for stage in ("filter", "split", "generate"):
+                held.check_stage(stage, staged)  # the settings guard, outside the timed part
                 started = time.perf_counter()
-                summary = run_stage_with_runner(stage, staged)
+                summary = run_stage_with_runner(stage, staged, held)
                 if stage in TIMED:
                     timings[stage] = (time.perf_counter() - started, summary["shards"])
     return timings

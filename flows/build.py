@@ -12,14 +12,14 @@ from typing import Any, Literal
 
 from prefect import flow, get_run_logger
 
-from flows.common import load_run_config, one_cluster_per_build, run_lock, run_name_from_parameters
+from flows.common import current_flow_run_id, load_run_config, one_cluster_per_build, run_name_from_parameters
 from flows.failures import FLOW_RETRIES, ParameterError, run_explained
 from flows.reporting import publish_funnel
 from flows.runlogs import lenses_logs_to_run
 from flows.stages import run_stage_with_runner
 from lenses_data.config import PipelineConfig
+from lenses_data.stages.entry import GuardedRun, guarded_run
 from lenses_data.stages.registry import pipeline_order
-from lenses_data.stages.settings_guard import check_run_settings
 
 # Every registered stage (tests/flows/test_common.py checks): a typo is refused when the run is created.
 StageName = Literal[
@@ -47,16 +47,18 @@ def _hand_off(deployment: str, export_dir: str) -> str:
     return str(flow_run.id)
 
 
-def run_all_stages(config: PipelineConfig, stop_after: str | None = None) -> list[dict[str, Any]]:
+def run_all_stages(
+    config: PipelineConfig, run: GuardedRun, stop_after: str | None = None
+) -> list[dict[str, Any]]:
     order = pipeline_order(config)
     if stop_after and stop_after not in order:
         raise ParameterError(f"stop_after={stop_after!r} is not a stage; stages: {', '.join(order)}")
-    check_run_settings(config.run_dir, config, order)  # before any work: no stage mixes old and new settings
+    run.check_all(config)  # before any work: no stage mixes old and new settings
     summaries = []
     try:
         with one_cluster_per_build(config) as staged:
             for stage_name in order:
-                summaries.append(run_stage_with_runner(stage_name, staged))
+                summaries.append(run_stage_with_runner(stage_name, staged, run))
                 if stage_name == stop_after:
                     break
     finally:  # the funnel so far, also when a stage failed: what got through, and where it stopped
@@ -90,13 +92,14 @@ def build_dataset(
         simulate: Answer every model call with the built-in simulator (dry run, outputs marked simulated).
         stop_after: Stop after this stage (e.g. dedupe); empty: run every stage.
         train_deployment: After export, start this deployment (e.g. train-retriever/h200x8).
-        overrides: Config fields merged over the file, nested as in the YAML, e.g. {"shard_size": 500}.
+        overrides: Config fields over the file and the LENSES__ environment, nested as in the YAML,
+            e.g. {"shard_size": 500}.
     """
 
     def body() -> dict[str, Any]:
         config = load_run_config(config_path, run_dir, overrides)
-        with run_lock(config):
-            return _build(_prepare_sources(config, sample), simulate, stop_after, train_deployment)
+        with guarded_run(config.run_dir, current_flow_run_id()) as run:
+            return _build(run, _prepare_sources(config, sample), simulate, stop_after, train_deployment)
 
     with lenses_logs_to_run():
         return run_explained(body)
@@ -118,7 +121,11 @@ def judge_yields(config: PipelineConfig, result: dict[str, Any]) -> None:
 
 
 def _build(
-    config: PipelineConfig, simulate: bool, stop_after: str | None, train_deployment: str | None
+    run: GuardedRun,
+    config: PipelineConfig,
+    simulate: bool,
+    stop_after: str | None,
+    train_deployment: str | None,
 ) -> dict[str, Any]:
     logger = get_run_logger()
     if simulate:
@@ -126,9 +133,9 @@ def _build(
 
         with simulated_models(config) as simulated_config:
             logger.warning("SIMULATED RUN: every model answer comes from the built-in simulator")
-            summaries = run_all_stages(simulated_config, stop_after)
+            summaries = run_all_stages(simulated_config, run, stop_after)
     else:
-        summaries = run_all_stages(config, stop_after)
+        summaries = run_all_stages(config, run, stop_after)
     result: dict[str, Any] = {"run_dir": config.run_dir, "stages": summaries, "simulated": simulate}
     judge_yields(config, result)  # before any hand-off: never train on a funnel that emptied out
     export_dir = str(Path(config.run_dir) / "export")

@@ -1,4 +1,4 @@
-"""Shared pieces of the Prefect flows: parameters, run names, the run-directory lock, task runners.
+"""Shared pieces of the Prefect flows: parameters, run names, the flow-run id for the run lock, task runners.
 
 Flows stay thin: they map `lenses_data` stages over shards, set retries and cache policies and
 publish what happened. No stage logic lives here.
@@ -7,25 +7,44 @@ publish what happened. No stage logic lives here.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
+import json
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from lenses_data.config import PipelineConfig, config_from_dict, deep_merge, load_config
-from lenses_data.runlock import run_directory_lock
+from lenses_data.config import ENV_PREFIX, PipelineConfig, deep_merge, resolve_config
 
 
 def load_run_config(
     config_path: str | None = None, run_dir: str | None = None, overrides: dict[str, Any] | None = None
 ) -> PipelineConfig:
-    """The config of a run from the flat flow parameters: file, then `overrides`, then `run_dir`."""
-    base = load_config(config_path).model_dump(mode="json")
-    merged = deep_merge(base, overrides or {})
-    if run_dir:
-        merged["run_dir"] = run_dir
-    return config_from_dict(merged, origin=config_path or "<defaults>")
+    """The config of a run from the flat flow parameters, in `resolve_config`'s one precedence:
+    file, then `LENSES__` environment, then `overrides`, then `run_dir`.
+
+    Resolved once per process and parameters: `lenses run`, the flow-run name and the flow body
+    ask with the same parameters and get the same frozen object. The key holds the file's size and
+    modification time and the environment, so an edited file or a changed variable resolves anew."""
+    explicit = deep_merge(overrides or {}, {"run_dir": run_dir} if run_dir else {})
+    env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(ENV_PREFIX)))
+    return _resolved(config_path, _file_stamp(config_path), json.dumps(explicit, sort_keys=True), env)
+
+
+def _file_stamp(config_path: str | None) -> tuple[int, int] | None:
+    try:
+        stat = Path(config_path).stat() if config_path else None
+    except OSError:  # missing: resolve_config says so
+        return None
+    return (stat.st_mtime_ns, stat.st_size) if stat else None
+
+
+@functools.lru_cache(maxsize=16)
+def _resolved(
+    config_path: str | None, stamp: tuple[int, int] | None, explicit: str, env: tuple[tuple[str, str], ...]
+) -> PipelineConfig:
+    return resolve_config(config_path, json.loads(explicit), dict(env))
 
 
 def run_label(run_dir: str | os.PathLike[str]) -> str:
@@ -74,13 +93,11 @@ def run_name_from_parameters(
     return name
 
 
-@contextlib.contextmanager
-def run_lock(config: PipelineConfig) -> Iterator[None]:
-    """Hold the run directory for this flow run; a second live run on it is refused at once."""
+def current_flow_run_id() -> str | None:
+    """The flow run's id, for the run lock's owner file (who holds the run directory)."""
     from prefect.runtime import flow_run
 
-    with run_directory_lock(config.run_dir, flow_run_id=flow_run.get_id()):
-        yield
+    return flow_run.get_id()
 
 
 def _missing(runner: str, package: str) -> RuntimeError:

@@ -20,7 +20,13 @@ from prefect.cache_policies import NO_CACHE
 from prefect.futures import as_completed
 from prefect.states import Completed, Failed
 
-from flows.common import load_run_config, make_task_runner, run_label, run_lock, run_name_from_parameters
+from flows.common import (
+    current_flow_run_id,
+    load_run_config,
+    make_task_runner,
+    run_label,
+    run_name_from_parameters,
+)
 from flows.failures import FLOW_RETRIES, explain, mark_stage, retry_transient, run_explained
 from flows.observers import Broadcast
 from flows.reporting import in_flow_run, publish_stage_table, start_progress, update_progress
@@ -28,8 +34,8 @@ from flows.runlogs import lenses_logs_to_run
 from flows.worker_stages import release_worker_stages, worker_stage
 from lenses_data.config import PipelineConfig
 from lenses_data.stages.base import ShardStats, log_simulated, run_stage
-from lenses_data.stages.registry import build_stage, pipeline_order
-from lenses_data.stages.settings_guard import check_run_settings, record_stage_settings
+from lenses_data.stages.entry import GuardedRun, guarded_run
+from lenses_data.stages.registry import build_stage
 
 _SHARD_TASK = dict(
     retries=2,
@@ -128,9 +134,12 @@ def stage_shards_flow(stage_name: str, config: PipelineConfig, progress_id: str 
         return Failed(message=explain(error), data=error)
 
 
-def run_stage_with_runner(stage_name: str, config: PipelineConfig) -> dict[str, Any]:
-    """Run one stage in its subflow; its table, banner and progress go on the calling flow run."""
-    record_stage_settings(config.run_dir, stage_name, config, pipeline_order(config))
+def run_stage_with_runner(stage_name: str, config: PipelineConfig, run: GuardedRun) -> dict[str, Any]:
+    """Run one stage in its subflow; its table, banner and progress go on the calling flow run.
+
+    `run` is the run directory held through `lenses_data.stages.entry`, its settings checked: the
+    stage's are recorded before its first shard."""
+    run.begin(stage_name)
     runner = make_task_runner(config)
     progress = start_progress(config.run_dir, stage_name)
     configured = stage_shards_flow.with_options(
@@ -149,8 +158,9 @@ STAGE_FLOW_DOC = """Run the `{stage}` stage of the Lenses pipeline over every sh
 
     Args:
         config_path: YAML config file on the worker (e.g. configs/production.yaml); empty: built-in defaults.
-        run_dir: Run directory; overrides the config's run_dir.
-        overrides: Config fields merged over the file, nested as in the YAML, e.g. {{"shard_size": 500}}.
+        run_dir: Run directory; overrides the config's run_dir (and LENSES__RUN_DIR).
+        overrides: Config fields over the file and the LENSES__ environment, nested as in the YAML,
+            e.g. {{"shard_size": 500}}.
     """
 
 
@@ -162,9 +172,9 @@ def _stage_flow(stage_name: str):
     ) -> Any:
         def body() -> dict[str, Any]:
             config = load_run_config(config_path, run_dir, overrides)
-            with run_lock(config):
-                check_run_settings(config.run_dir, config, pipeline_order(config))
-                return run_stage_with_runner(stage_name, config)
+            with guarded_run(config.run_dir, current_flow_run_id()) as run:
+                run.check_stage(stage_name, config)  # its outputs and the next stage's, as `lenses <stage>`
+                return run_stage_with_runner(stage_name, config, run)
 
         with lenses_logs_to_run():
             return run_explained(body)

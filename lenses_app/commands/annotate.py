@@ -2,6 +2,9 @@
 
 Each command runs its stage over every shard of the run in this process (finished shards are
 skipped, answered model calls are replayed from the run's journal) and prints the stage summary.
+Like `lenses run`, each goes through `lenses_data.stages.entry`: a live run on the directory is
+refused (exit 3), and so are settings that differ from those the stage's outputs on disk (or the
+next stage's) were made with (exit 2, the changed settings named, nothing written).
 `--simulate` answers model calls with the built-in simulator on 127.0.0.1 (outputs are marked
 simulated).
 """
@@ -9,6 +12,8 @@ simulated).
 from __future__ import annotations
 
 import argparse
+
+from lenses_app.stage_command import add_config_options, resolve, stage_error
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "filter": (
@@ -39,20 +44,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-# A model endpoint could not do the work (down after retries, or lacking a needed feature): the
-# shard in progress wrote nothing and a rerun retries it.
-MODEL_SERVICE_EXIT = 4
-
-
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--run", help="run directory (default: run_dir of the config)")
-    parser.add_argument("--config", help="pipeline YAML config (default: built-in defaults)")
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     for command, (stage, help_text) in COMMANDS.items():
         parser = subparsers.add_parser(command, help=help_text, description=help_text)
-        _common(parser)
+        add_config_options(parser)
         parser.add_argument(
             "--simulate", action="store_true", help="answer model calls with the built-in simulator (dry run)"
         )
@@ -62,8 +57,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="write the final dataset: images/captions/prompts/rejections.parquet, manifest.json and a "
         "dataset card README.md with figures",
     )
-    _common(parser)
-    parser.add_argument("--out", help="output folder (default: RUN/export)")
+    add_config_options(parser)
+    parser.add_argument(
+        "--out",
+        help="output folder (default: RUN/export); elsewhere, the run is only read: the lock is held, "
+        "no settings are checked against or recorded in RUN/export",
+    )
     parser.add_argument(
         "--embed-images",
         action="store_true",
@@ -81,101 +80,74 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=handle_export)
 
 
-def _load(args: argparse.Namespace):
-    from lenses_data.config import load_config
-
-    config = load_config(args.config)
-    if args.run:
-        config.run_dir = args.run
-    return config
-
-
-def _simulated(config, stack):
-    from lenses_data.config.models import ROLES
-    from lenses_data.simulator.simulator import SimConfig, run_in_thread
-
-    url = stack.enter_context(run_in_thread(SimConfig()))
-    for role in ROLES:
-        config.models.role(role).base_urls = [url]
-    return config
-
-
 def handle_stage(args: argparse.Namespace) -> int:
     import contextlib
     import json
     import sys
     from pathlib import Path
 
-    from lenses_data.config import ConfigError
-    from lenses_data.io import StageIncompleteError
-    from lenses_data.models.types import ModelServiceError
-    from lenses_data.runlock import RunDirectoryInUse, run_directory_lock
     from lenses_data.stages.base import log_simulated, run_stage
+    from lenses_data.stages.entry import guarded_stage
     from lenses_data.stages.registry import open_stage
 
     with contextlib.ExitStack() as stack:
         try:
-            config = _load(args)
-            stack.enter_context(run_directory_lock(config.run_dir))
+            config = resolve(args)
+            stack.enter_context(guarded_stage(args.stage, config))  # the lock, then the settings check
             if args.simulate:
-                config = _simulated(config, stack)
+                from lenses_data.simulator.dryrun import simulated_models
+
+                config = stack.enter_context(simulated_models(config))
                 print("SIMULATED: model answers come from the built-in simulator", file=sys.stderr)
             stage = stack.enter_context(open_stage(args.stage, config))
             summary = run_stage(stage, Path(config.run_dir))
             log_simulated(summary)
-        except (ConfigError, StageIncompleteError, FileNotFoundError) as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 2
-        except RunDirectoryInUse as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 3
-        except ModelServiceError as error:  # an outage or a server lacking a feature: expected, no traceback
-            print(f"error: {error}", file=sys.stderr)
-            return MODEL_SERVICE_EXIT
+        except Exception as error:  # noqa: BLE001 - an expected failure is one line and its exit code
+            return stage_error(error)
     print(json.dumps(summary, indent=1, sort_keys=True, default=str))
     return 0
 
 
-def _embed_options(config, args: argparse.Namespace) -> None:
-    """Apply --embed-images/--embed-max-side to config.export, validated like the config file."""
+def _embed_overrides(args: argparse.Namespace) -> dict:
+    """--embed-images/--embed-max-side as explicit overrides of `export` (validated with the config)."""
+    update: dict = {}
+    if args.embed_images or args.embed_max_side is not None:
+        update["embed_images"] = True
+    if args.embed_max_side is not None:
+        update["embed_max_side"] = args.embed_max_side
     from pydantic import ValidationError
 
     from lenses_data.config import ConfigError
     from lenses_data.config.export import ExportConfig
 
-    update = {}
-    if args.embed_images or args.embed_max_side is not None:
-        update["embed_images"] = True
-    if args.embed_max_side is not None:
-        update["embed_max_side"] = args.embed_max_side
-    try:
-        config.export = ExportConfig.model_validate({**config.export.model_dump(), **update})
+    try:  # the flag's own bounds, in the flag's name
+        ExportConfig.model_validate(update)
     except ValidationError as error:
         raise ConfigError(f"--embed-max-side: {error.errors()[0]['msg']}") from None
+    return {"export": update} if update else {}
 
 
 def handle_export(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
-    from lenses_data.config import ConfigError
-    from lenses_data.io import StageIncompleteError
     from lenses_data.stages.base import run_stage
+    from lenses_data.stages.entry import guarded_run, guarded_stage
     from lenses_data.stages.export import ExportStage, export_dataset
 
     try:
-        config = _load(args)
-        _embed_options(config, args)
+        config = resolve(args, _embed_overrides(args))
         run = Path(config.run_dir)
-        if args.out:
-            manifest = export_dataset(run, Path(args.out), config)
+        if args.out:  # written elsewhere: the lock (it reads the run), no settings recorded in RUN/export
+            with guarded_run(run):
+                manifest = export_dataset(run, Path(args.out), config)
             out = Path(args.out)
         else:
-            manifest = run_stage(ExportStage(config), run)
+            with guarded_stage("export", config):
+                manifest = run_stage(ExportStage(config), run)
             out = run / "export"
-    except (ConfigError, StageIncompleteError, FileNotFoundError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except Exception as error:  # noqa: BLE001 - an expected failure is one line and its exit code
+        return stage_error(error)
     tables = manifest.get("tables", {})
     print(f"dataset written to {out.resolve()}: " + ", ".join(f"{k} {v:,} rows" for k, v in tables.items()))
     images = "with the image bytes" if config.export.embed_images else "images as build-machine paths"

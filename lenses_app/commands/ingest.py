@@ -1,8 +1,13 @@
-"""`lenses ingest`: decode-check, hash and record candidate images from one or more sources."""
+"""`lenses ingest`: decode-check, hash and record candidate images from one or more sources.
+
+`--source` and `--workers` are explicit overrides of `ingest.sources` / `ingest.workers`; the run
+goes through `lenses_data.stages.entry` (lock and settings guard) like every stage command."""
 
 from __future__ import annotations
 
 import argparse
+
+from lenses_app.stage_command import add_config_options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -19,34 +24,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="a source (repeatable); kind detected from the path, or forced with a prefix like tsv:PATH; "
         "default: ingest.sources of the config",
     )
-    parser.add_argument("--run", help="run directory (default: run_dir of the config)")
-    parser.add_argument("--config", help="pipeline YAML config (default: built-in defaults)")
+    add_config_options(parser)
     parser.add_argument("--workers", type=int, help="decode processes (overrides ingest.workers)")
     parser.set_defaults(func=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
-    import sys
-
-    from lenses_data.config import ConfigError, load_config
-
-    try:
-        config = load_config(args.config)
-    except (ConfigError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    if args.workers is not None:
-        config.ingest.workers = max(1, args.workers)
-    from lenses_data.stages.ingest_exec import start_decoders
-
-    start_decoders(config.ingest.workers)  # the decoders' imports overlap the ones below
+    from lenses_app.stage_command import resolve, stage_error
     from lenses_data.candidates.sources import SourceError
-    from lenses_data.stages.ingest import run_ingest
 
     try:
-        summary = run_ingest(args.source, args.run or config.run_dir, config)
-    except (ConfigError, SourceError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        flags: dict = {"ingest": {"sources": args.source}} if args.source else {}
+        if args.workers is not None:
+            flags = {"ingest": {**flags.get("ingest", {}), "workers": max(1, args.workers)}}
+        config = resolve(args, flags)
+        from lenses_data.stages.ingest_exec import start_decoders
+
+        start_decoders(config.ingest.workers)  # the decoders' imports overlap the ones below
+        from lenses_data.stages.entry import guarded_stage
+        from lenses_data.stages.ingest import checked_sources, run_ingest
+
+        checked_sources(config.ingest.sources, config)  # a missing source says so, whatever the run holds
+        with guarded_stage("ingest", config):  # the lock, then the settings check
+            summary = run_ingest(config.ingest.sources, config.run_dir, config)
+    except Exception as error:  # noqa: BLE001 - an expected failure is one line and its exit code
+        return stage_error(error, (SourceError, ValueError))
     print(summary.format())
     return 0

@@ -80,9 +80,9 @@ def handle(args: argparse.Namespace) -> int:
     from flows.build import build_dataset
     from flows.common import load_run_config
     from flows.observers import observing
-    from lenses_app.commands.annotate import MODEL_SERVICE_EXIT
     from lenses_app.run_logging import run_logging
     from lenses_app.run_view import stage_view
+    from lenses_app.stage_command import MODEL_SERVICE_EXIT
     from lenses_data.config import ConfigError
     from lenses_data.models.types import ModelServiceError
     from lenses_data.publish.yields import YIELD_EXIT, YieldOutOfBand

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from lenses_app.stage_command import add_config_options
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -11,8 +13,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="assign dedupe survivors (filter-passed ones when RUN/filter is complete) to train/valid/test "
         "deterministically, whole groups at a time, and report cross-split pairs (always 0)",
     )
-    parser.add_argument("--run", help="run directory (default: run_dir of the config)")
-    parser.add_argument("--config", help="pipeline YAML config (default: built-in defaults)")
+    add_config_options(parser)
     parser.add_argument(
         "--input",
         choices=("auto", "filter", "dedupe"),
@@ -24,24 +25,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     import json
-    import sys
     from pathlib import Path
 
-    from lenses_data.config import ConfigError, load_config
-    from lenses_data.io import StageIncompleteError
+    from lenses_app.stage_command import resolve, stage_error
 
     try:
-        config = load_config(args.config)
-        if args.input:
-            config.split.input_stage = args.input
+        config = resolve(args, {"split": {"input_stage": args.input}} if args.input else None)
         from lenses_data.stages.base import run_stage
+        from lenses_data.stages.entry import guarded_stage
         from lenses_data.stages.split import SplitStage, format_summary
 
-        run = Path(args.run or config.run_dir)
-        config.run_dir = str(run)
-        summary = run_stage(SplitStage(config), run)
-    except (ConfigError, StageIncompleteError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        with guarded_stage("split", config):  # the lock, then the settings check
+            summary = run_stage(SplitStage(config), Path(config.run_dir))
+    except Exception as error:  # noqa: BLE001 - an expected failure is one line and its exit code
+        return stage_error(error, (ValueError,))
     print(json.dumps(summary, indent=1, default=str) if args.json else format_summary(summary))
     return 0

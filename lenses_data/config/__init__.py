@@ -1,8 +1,11 @@
-"""Pipeline configuration: one pydantic model, loaded from YAML, with environment overrides.
+"""Pipeline configuration: one pydantic model, resolved once per run and immutable after.
 
 Sections live in their own modules (ingest, dedupe, models, annotate, export); this module composes them.
-Environment overrides use `LENSES__<SECTION>__<FIELD>=value` (values parsed as YAML scalars), e.g.
-`LENSES__DEDUPE__HAMMING_RADIUS=6` or `LENSES__SHARD_SIZE=500`.
+One precedence, lowest first (`resolve_config`): the built-in defaults, the YAML file, the
+`LENSES__<SECTION>__<FIELD>=value` environment (values parsed as YAML scalars, e.g.
+`LENSES__DEDUPE__HAMMING_RADIUS=6` or `LENSES__SHARD_SIZE=500`), then explicit overrides (a flow's
+`overrides` and `run_dir` parameters, a command's flags). Every model is frozen: a changed setting is
+a new config (`model_copy(update=...)`), so what a run checked is what its stages use.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ class ConfigError(ValueError):
 
 
 class PipelineConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     run_dir: str = Field("runs/sample", description="Run directory: one folder per stage")
     shard_size: int = Field(
@@ -75,22 +78,23 @@ def _describe_errors(error: ValidationError, origin: str) -> str:
 
 
 def config_from_dict(
-    data: Mapping[str, Any], origin: str = "<dict>", environ: Mapping[str, str] | None = None
+    data: Mapping[str, Any],
+    origin: str = "<dict>",
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
 ) -> PipelineConfig:
+    """`data` (a file's settings), then the `LENSES__` environment, then `overrides`, validated once."""
     env = _env_overrides(os.environ if environ is None else environ)
-    merged = deep_merge(dict(data), env)
+    merged = deep_merge(deep_merge(dict(data), env), dict(overrides or {}))
     try:
         return PipelineConfig.model_validate(merged)
     except ValidationError as error:
         where = origin + (" (with LENSES__ environment overrides)" if env else "")
+        where += " (with explicit overrides)" if overrides else ""
         raise ConfigError(_describe_errors(error, where)) from None
 
 
-def load_config(path: str | Path | None, environ: Mapping[str, str] | None = None) -> PipelineConfig:
-    """Load a YAML config file; None means the embedded defaults. Errors name the field and the file."""
-    if path is None:
-        return config_from_dict({}, "<defaults>", environ)
-    path = Path(path)
+def _read_file(path: Path) -> dict[str, Any]:
     if not path.exists():
         raise ConfigError(f"config file not found: {path}")
     try:
@@ -99,7 +103,25 @@ def load_config(path: str | Path | None, environ: Mapping[str, str] | None = Non
         raise ConfigError(f"{path}: not valid YAML: {error}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping of settings")
-    return config_from_dict(data, str(path), environ)
+    return data
+
+
+def resolve_config(
+    path: str | Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> PipelineConfig:
+    """The one precedence, lowest first: defaults, the YAML file at `path` (None: none), the
+    `LENSES__` environment (`environ`, default `os.environ`), then `overrides` (nested as in the
+    YAML). Errors name the field and where it came from."""
+    if path is None:
+        return config_from_dict({}, "<defaults>", environ, overrides)
+    return config_from_dict(_read_file(Path(path)), str(path), environ, overrides)
+
+
+def load_config(path: str | Path | None, environ: Mapping[str, str] | None = None) -> PipelineConfig:
+    """A YAML config file (None: the built-in defaults) with the environment; no explicit overrides."""
+    return resolve_config(path, None, environ)
 
 
 __all__ = [
@@ -116,4 +138,5 @@ __all__ = [
     "config_from_dict",
     "deep_merge",
     "load_config",
+    "resolve_config",
 ]

@@ -35,7 +35,7 @@ DEFAULT_SELF_REFERENCES = [
 
 
 class WordRange(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     min: int = Field(ge=1)
     max: int = Field(ge=1)
@@ -48,7 +48,7 @@ class WordRange(BaseModel):
 
 
 class AnnotateConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     # Generation (Listings 2 and 3)
     kinds: list[Literal["prompt", "caption"]] = Field(

@@ -23,7 +23,7 @@ CLIP_BATCH_CPU = 64
 
 
 class DedupeConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     hash_kind: Literal["phash", "dhash", "whash"] = Field("phash", description="imagehash function")
     hamming_radius: int = Field(
@@ -117,7 +117,7 @@ class DedupeConfig(BaseModel):
 
 
 class SplitConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     valid: float = Field(
         0.01041, ge=0, description="Fraction (<1) or count (>=1) of images for valid; 0.01041*105669 = 1100"

@@ -35,7 +35,7 @@ INTERNVL_HF_ONE_TILE: dict[str, Any] = {"max_patches": 1}
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class SamplingConfig(Section):
@@ -247,6 +247,10 @@ class ModelsConfig(Section):
         if name not in ROLES:
             raise KeyError(f"unknown model role {name!r}; expected one of {ROLES}")
         return getattr(self, name)
+
+    def with_role(self, name: str, **changes: Any) -> ModelsConfig:
+        """A copy with role `name`'s fields changed (the config is frozen)."""
+        return self.model_copy(update={name: self.role(name).model_copy(update=changes)})
 
     def choice_style(self, role: str, server_version: str | None = None) -> str:
         """The request field for a choice constraint for this role: the role's setting, else what

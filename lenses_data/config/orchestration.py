@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class OrchestrationConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     task_runner: Literal["thread", "dask", "ray"] = Field(
         "thread", description="thread: one machine; dask/ray: needs prefect-dask / prefect-ray installed"

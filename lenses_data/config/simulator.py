@@ -82,7 +82,7 @@ LISTING_WORD_RANGE = {"caption": (8, 22), "prompt": (10, 28)}  # Listing 3 / Lis
 class SimContentSettings(BaseModel):
     """How the simulated models write and validate texts (sources in the module docstring)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     texts_per_image: float = Field(
         table1_density(), gt=0, description="Final texts per image and kind to aim at (Table 1: 6.93)"
@@ -105,7 +105,7 @@ class SimContentSettings(BaseModel):
 class SimServerFaults(BaseModel):
     """What some real OpenAI-compatible servers do to this pipeline's requests; all off by default."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     reject_json_schema: bool = Field(
         False, description="HTTP 500 on any request whose response_format is json_schema"
@@ -131,7 +131,7 @@ class SimServerFaults(BaseModel):
 class SimulatorSettings(BaseModel):
     """How the in-process simulator of a dry run answers; ignored by real runs."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     yes_rate: float = Field(0.3, ge=0, le=1, description="Share of YES answers to the image filter")
     seed: int = Field(0, description="Seed of the simulator's deterministic answers")

@@ -34,7 +34,7 @@ TEXT_MAX_REJECTED = 0.25
 class Band(BaseModel):
     """The rejection shares a stage may have; None: that side is not judged."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     min_rejected: float | None = Field(None, ge=0, le=1, description="Smallest share it may reject")
     max_rejected: float | None = Field(None, ge=0, le=1, description="Largest share it may reject")
@@ -51,7 +51,7 @@ class YieldBands(BaseModel):
     """One band per stage (the stage's name); a stage without limits is not judged."""
 
     # `validate` is a BaseModel method: the field is `validate_`, read and written as `validate`.
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, serialize_by_alias=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, serialize_by_alias=True)
 
     ingest: Band = Field(default_factory=Band)
     dedupe: Band = Field(default_factory=Band)
@@ -69,7 +69,7 @@ class YieldBands(BaseModel):
 
 
 class YieldsConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     accept: bool = Field(
         False,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -170,3 +171,13 @@ class SystemicFailure(ModelServiceError):
         super().__init__(message, role=role, urls=urls)
         self.counts = dict(counts or {})
         self.decided = decided
+
+
+class AnswerClient(Protocol):
+    """What a model stage asks of its client (`lenses_data.models.client.ModelClient`)."""
+
+    def run_sync(
+        self, requests: Sequence[ModelRequest], parse: Callable[[str], Any]
+    ) -> list[ModelResult]: ...
+
+    def close(self) -> None: ...

@@ -1,5 +1,6 @@
 """Row helpers shared by the annotation stages (filter, generate, rules, validate, visual_validate):
-rejection rows, record frames, the split and path lookups. The stages themselves derive from
+record and rejection frames, the split and path lookups (rejection rows:
+`lenses_data.annotation.rejection_rows`). The stages themselves derive from
 `lenses_data.stages.base.ShardedStage`.
 """
 
@@ -18,27 +19,6 @@ from lenses_data.schemas import LensText, Rejection, SplitAssignment, column_nam
 TEXT_COLUMNS: tuple[str, ...] = tuple(column_names(LensText))
 
 
-def rejection(
-    stage: str,
-    record_id: str,
-    reason: str,
-    message: str,
-    *,
-    image_id: str | None = None,
-    raw: str | None = None,
-    source: str | None = None,
-) -> dict[str, Any]:
-    return Rejection(
-        stage=stage,
-        record_id=record_id,
-        reason=reason,
-        message=message,
-        image_id=image_id,
-        raw=raw,
-        source=source,
-    ).model_dump()
-
-
 def rejections_frame(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(list(rows), columns=column_names(Rejection))
 
@@ -50,18 +30,6 @@ def concat_rejections(*frames: pd.DataFrame) -> pd.DataFrame:
 
 def records_frame(rows: Iterable[dict[str, Any]], model: type[BaseModel]) -> pd.DataFrame:
     return pd.DataFrame(list(rows), columns=column_names(model))
-
-
-def failed_result_rejection(stage: str, record_id: str, result: Any, image_id: str | None) -> dict[str, Any]:
-    """A failed ModelResult as a rejection row: its reason code, message and raw answer kept."""
-    return rejection(
-        stage,
-        record_id,
-        result.error_code or "model_error",
-        f"{result.error_message or 'model call failed'} (after {result.attempts} attempt(s))",
-        image_id=image_id,
-        raw=result.raw,
-    )
 
 
 def split_lookup(run: Path) -> dict[str, str]:

@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import pandas as pd
 import pyarrow as pa
@@ -29,10 +29,8 @@ from pydantic import BaseModel
 from lenses_data import io
 from lenses_data.config import PipelineConfig
 from lenses_data.models.journal import shard_journal_path
+from lenses_data.models.types import AnswerClient
 from lenses_data.schemas import LensText, Rejection
-
-if TYPE_CHECKING:
-    from lenses_data.models.types import ModelRequest, ModelResult
 
 log = logging.getLogger(__name__)
 
@@ -74,16 +72,6 @@ class Stage(Protocol):
     def process_shard(self, run: Path, shard: int) -> ShardStats: ...
 
     def finish(self, run: Path, shards: list[int], stats: list[ShardStats]) -> dict[str, Any]: ...
-
-
-class AnswerClient(Protocol):
-    """What a model stage asks of its client (`lenses_data.models.client.ModelClient`)."""
-
-    def run_sync(
-        self, requests: Sequence[ModelRequest], parse: Callable[[str], Any]
-    ) -> list[ModelResult]: ...
-
-    def close(self) -> None: ...
 
 
 class ColumnMismatch(ValueError):

@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from lenses_data import io
 from lenses_data.config import PipelineConfig
+from lenses_data.dedupe.pairs import PAIRS
 from lenses_data.schemas import (
     CandidateImage,
     DedupePair,
@@ -36,7 +37,6 @@ log = logging.getLogger(__name__)
 
 STAGE = "dedupe"
 SUMMARY = "summary.json"
-PAIRS = "pairs.parquet"
 EMBEDDINGS = "embeddings.npy"
 EMBEDDING_IDS = "embedding_ids.npy"
 
@@ -82,10 +82,6 @@ def read_summary(run: str | Path) -> dict[str, Any]:
 
     path = io.stage_dir(run, STAGE) / SUMMARY
     return json.loads(path.read_text()) if path.exists() else {}
-
-
-def read_pairs(run: str | Path) -> pd.DataFrame:
-    return io.read_shard(io.stage_dir(run, STAGE) / PAIRS, DedupePair)
 
 
 class DedupeStage:

@@ -9,8 +9,9 @@ import pandas as pd
 import pyarrow as pa
 
 from lenses_data import io
+from lenses_data.annotation.rejection_rows import rejection
 from lenses_data.schemas import CandidateImage, FilterDecision, LensText, SplitAssignment, arrow_schema
-from lenses_data.stages._annotate import rejection, rejections_frame
+from lenses_data.stages._annotate import rejections_frame
 from lenses_data.stages.export_tables import ExportText, categorical_codes, read_columns
 
 STAGE = "export"  # images left without texts become export's own rejections

@@ -16,16 +16,12 @@ import pandas as pd
 from lenses_data import io
 from lenses_data.annotation.answers import FILTER_CHOICES, parse_filter_answer
 from lenses_data.annotation.prompts import get_template
+from lenses_data.annotation.rejection_rows import failed_result_rejection, rejection
 from lenses_data.config import PipelineConfig
-from lenses_data.models.types import ModelRequest
+from lenses_data.models.types import AnswerClient, ModelRequest
 from lenses_data.schemas import CandidateImage, DedupeRecord, FilterDecision
-from lenses_data.stages._annotate import (
-    failed_result_rejection,
-    records_frame,
-    rejection,
-    rejections_frame,
-)
-from lenses_data.stages.base import AnswerClient, ShardedStage
+from lenses_data.stages._annotate import records_frame, rejections_frame
+from lenses_data.stages.base import ShardedStage
 
 STAGE = "filter"
 TEMPLATE = "filter"

@@ -17,22 +17,21 @@ from lenses_data import io
 from lenses_data.annotation.answers import TEXT_KEY, array_schema, item_parser
 from lenses_data.annotation.phrase_bank import default_phrase_bank
 from lenses_data.annotation.prompts import get_template
+from lenses_data.annotation.rejection_rows import failed_result_rejection, rejection
 from lenses_data.annotation.rules import LISTING_OF_KIND
 from lenses_data.config import PipelineConfig
 from lenses_data.config.annotate import AnnotateConfig
 from lenses_data.ids import text_id
-from lenses_data.models.types import ModelRequest
+from lenses_data.models.types import AnswerClient, ModelRequest
 from lenses_data.schemas import FilterDecision, LensText
 from lenses_data.stages._annotate import (
     concat_rejections,
-    failed_result_rejection,
     ingest_paths,
     records_frame,
-    rejection,
     rejections_frame,
     split_lookup,
 )
-from lenses_data.stages.base import AnswerClient, ShardedStage
+from lenses_data.stages.base import ShardedStage
 
 STAGE = "generate"
 TEMPLATE_OF_KIND = {"prompt": "image_side_prompts", "caption": "captions"}

@@ -91,13 +91,20 @@ def run_ingest(sources: Iterable[str], run: str | Path, config: PipelineConfig) 
     return summary
 
 
-def ingest_sources(sources: Iterable[str], run: str | Path, config: PipelineConfig) -> IngestSummary:
-    """Write the shards and rejections of RUN/ingest (everything but the success marker)."""
+def checked_sources(sources: Iterable[str], config: PipelineConfig) -> list[str]:
+    """The sources to ingest (given, else the config's); `SourceError` for an unknown or missing one,
+    before any work."""
     sources = list(sources) or list(config.ingest.sources)
     if not sources:
         raise ValueError("no sources: pass --source or set ingest.sources in the config")
     for spec in sources:
-        detect_kind(spec)  # fail before any work on an unknown or missing source
+        detect_kind(spec)
+    return sources
+
+
+def ingest_sources(sources: Iterable[str], run: str | Path, config: PipelineConfig) -> IngestSummary:
+    """Write the shards and rejections of RUN/ingest (everything but the success marker)."""
+    sources = checked_sources(sources, config)
     run = Path(run).absolute()
     # Until the new commit point (rejection shard 0, written last) exists, the stage is not done.
     (lio.stage_dir(run, STAGE) / lio.SUCCESS_MARKER).unlink(missing_ok=True)

@@ -12,14 +12,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from lenses_data.annotation.validation import TEXT_VALIDATOR, VISUAL_VALIDATOR, build_request
 from lenses_data.config import PipelineConfig
 from lenses_data.config.simulator import LISTING_WORD_RANGE, table1_density
 from lenses_data.models.types import ModelRequest
 from lenses_data.schemas import LENS_NAMES
 from lenses_data.stages import filter as filter_stage
 from lenses_data.stages import generate as generate_stage
-from lenses_data.stages import validate as validate_stage
-from lenses_data.stages.visual_validate import VISUAL_VALIDATOR
 
 IMAGE_STAND_IN = "lenses-check-image"  # replaced by the probe's own image
 
@@ -61,7 +60,7 @@ def representative_requests(config: PipelineConfig) -> dict[str, list[tuple[str,
     for kind in kinds:
         rows = _rows(kind, batch)
         label = f"{kind} batch of {batch} texts"
-        out["validator"].append((label, validate_stage.build_request(rows, validate_stage.TEXT_VALIDATOR)))
-        visual = validate_stage.build_request(rows, VISUAL_VALIDATOR, IMAGE_STAND_IN)
+        out["validator"].append((label, build_request(rows, TEXT_VALIDATOR)))
+        visual = build_request(rows, VISUAL_VALIDATOR, IMAGE_STAND_IN)
         out["visual_validator"].append((label, visual))
     return out

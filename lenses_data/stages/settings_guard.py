@@ -5,10 +5,12 @@ decide its output. When a stage starts, the values and their digest go to `RUN/<
 (written before its first shard, so a half-finished stage is covered too). A stage's digest also
 holds the digest of the stage before it, so a stage whose input changed differs as well.
 
-Before a run does any work, `check_run_settings` compares every stage already on disk with the
+Before a build does any work, `check_run_settings` compares every stage already on disk with the
 current settings and stops at the first one that differs (a `SettingsChanged`, a config error:
-exit code 2 from `lenses run`). Run directories written before this guard (no file) are accepted
-with one warning.
+exit code 2 from `lenses run` and every stage command). A stage run on its own
+(`check_stage_settings`) is compared with its own outputs and the next stage's; the stages before it
+are only read. Run directories written before this guard (no file) are accepted with one warning.
+Callers go through `lenses_data.stages.entry`, which holds the run lock around the check.
 """
 
 from __future__ import annotations
@@ -121,26 +123,22 @@ def describe_change(old: dict[str, Any], new: dict[str, Any]) -> str:
     return "; ".join(changes) if changes else "the settings of an earlier stage"
 
 
-def check_run_settings(run: str | Path, config: PipelineConfig, order: list[str]) -> None:
-    """Raise `SettingsChanged` for the first stage on disk made with other settings; warn about old dirs."""
-    run = Path(run)
-    expected = expected_settings(config, order)
-    unrecorded = []
-    for position, name in enumerate(order):
-        if not _has_outputs(run, name):
-            continue
-        path = settings_path(run, name)
-        if not path.exists():
-            unrecorded.append(name)
-            continue
-        old = json.loads(path.read_text())
-        if old.get("digest") != expected[name]["digest"]:
-            later = [f"{run / s}" for s in order[position + 1 :] if io.stage_dir(run, s).exists()]
-            remove = " ".join([str(run / name), *later])
-            raise SettingsChanged(
-                f"stage {name} in {run} was produced with other settings: {describe_change(old, expected[name])}. "
-                f"Use a new run directory, or delete {remove} to redo it with the new settings"
-            )
+def _recorded(run: Path, stage: str) -> dict[str, Any] | None:
+    path = settings_path(run, stage)
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _changed(run: Path, order: list[str], stage: str, why: str) -> SettingsChanged:
+    position = order.index(stage)
+    later = [f"{run / s}" for s in order[position + 1 :] if io.stage_dir(run, s).exists()]
+    remove = " ".join([str(run / stage), *later])
+    return SettingsChanged(
+        f"stage {stage} in {run} was produced with other settings: {why}. "
+        f"Use a new run directory, or delete {remove} to redo it with the new settings"
+    )
+
+
+def _warn_unrecorded(run: Path, unrecorded: list[str]) -> None:
     if unrecorded:
         log.warning(
             "run directory %s predates the settings guard (no %s in %s): its outputs are kept unchecked",
@@ -150,10 +148,66 @@ def check_run_settings(run: str | Path, config: PipelineConfig, order: list[str]
         )
 
 
-def record_stage_settings(run: str | Path, stage: str, config: PipelineConfig, order: list[str]) -> None:
-    """Write the stage's settings before its first shard (kept as is when they already match)."""
-    entry = expected_settings(config, order[: order.index(stage) + 1])[stage]
-    path = settings_path(run, stage)
+def check_run_settings(
+    run: str | Path, config: PipelineConfig, order: list[str]
+) -> dict[str, dict[str, Any]]:
+    """Raise `SettingsChanged` for the first stage on disk made with other settings; warn about old dirs.
+
+    Returns what each stage of `order` records when it starts (`expected_settings`)."""
+    run = Path(run)
+    expected = expected_settings(config, order)
+    unrecorded = []
+    for name in order:
+        if not _has_outputs(run, name):
+            continue
+        old = _recorded(run, name)
+        if old is None:
+            unrecorded.append(name)
+        elif old.get("digest") != expected[name]["digest"]:
+            raise _changed(run, order, name, describe_change(old, expected[name]))
+    _warn_unrecorded(run, unrecorded)
+    return expected
+
+
+def _alone_entry(run: Path, config: PipelineConfig, order: list[str], stage: str) -> dict[str, Any]:
+    """What `stage` records when run on its own: its inputs under `config`, and as upstream the
+    digest recorded by the stage before it (whose outputs on disk it reads), else the config's."""
+    position = order.index(stage)
+    previous = _recorded(run, order[position - 1]) if position else None
+    chain = expected_settings(config, order[: position + 1])
+    upstream = previous["digest"] if previous else chain[stage]["upstream"]
+    inputs = chain[stage]["inputs"]
+    digest = _digest({"inputs": inputs, "upstream": upstream})
+    return {"stage": stage, "digest": digest, "upstream": upstream, "inputs": inputs}
+
+
+def check_stage_settings(
+    run: str | Path, config: PipelineConfig, order: list[str], stage: str
+) -> dict[str, Any]:
+    """One stage run on its own (a stage command, a stage flow): raise `SettingsChanged` when its
+    outputs on disk, or the next stage's (which read them), were made with other settings.
+
+    The stages before it are only read, so their settings are taken from their records, not the
+    config: `lenses dedupe --run R` after `lenses ingest --source S --run R` needs no `--source`.
+    Returns the entry the stage records when it starts."""
+    run = Path(run)
+    entry = _alone_entry(run, config, order, stage)
+    old = _recorded(run, stage)
+    if _has_outputs(run, stage) and old is None:
+        _warn_unrecorded(run, [stage])
+    elif _has_outputs(run, stage) and old.get("digest") != entry["digest"]:
+        raise _changed(run, order, stage, describe_change(old, entry))
+    following = order[order.index(stage) + 1 :]
+    after = _recorded(run, following[0]) if following and _has_outputs(run, following[0]) else None
+    if after is not None and after.get("upstream") != entry["digest"]:
+        why = describe_change(old, entry) if old else f"the settings of {stage} its outputs were read from"
+        raise _changed(run, order, following[0], why)
+    return entry
+
+
+def record_stage_settings(run: str | Path, entry: dict[str, Any]) -> None:
+    """Write a stage's checked settings before its first shard (kept as is when they already match)."""
+    path = settings_path(run, entry["stage"])
     if path.exists() and json.loads(path.read_text()).get("digest") == entry["digest"]:
         return
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -106,7 +106,7 @@ class SplitStage:
         return [0]
 
     def process_shard(self, run: Path, shard: int) -> ShardStats:
-        from lenses_data.stages.dedupe import read_pairs
+        from lenses_data.dedupe.pairs import read_pairs
 
         run = Path(run)
         if shard_done(run, STAGE, shard):

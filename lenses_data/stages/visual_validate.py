@@ -2,8 +2,8 @@
 
 The image plus the JSON array of that image's surviving texts (per kind, batched like the text
 validator) are sent; the same alignment, discard and fixed-field rules apply (see
-lenses_data.stages.validate). Listing 5 lets the validator "remove or soften" ungrounded fragments
-and "remove or simplify" idioms, so the re-check never rejects such an edit for the word limits or
+lenses_data.stages.validate; the shared code is lenses_data.annotation.validation). Listing 5 lets
+the validator "remove or soften" ungrounded fragments and "remove or simplify" idioms, so the re-check never rejects such an edit for the word limits or
 the phrase-bank rules; it flags them (and an added idiom, `validator_added_idiom`) instead. Texts of other splits pass through unchanged, so this stage's
 output is the final text set of every split.
 """
@@ -15,21 +15,14 @@ from typing import Any
 
 import pandas as pd
 
-from lenses_data.annotation import rules
 from lenses_data.annotation.prompts import get_template
+from lenses_data.annotation.rejection_rows import rejection
+from lenses_data.annotation.validation import VISUAL_VALIDATOR, validate_rows
 from lenses_data.schemas import LensText
-from lenses_data.stages._annotate import (
-    ingest_paths,
-    lens_text_rows,
-    records_frame,
-    rejection,
-    rejections_frame,
-)
+from lenses_data.stages._annotate import ingest_paths, lens_text_rows, records_frame, rejections_frame
 from lenses_data.stages.base import ShardedStage
-from lenses_data.stages.validate import Validator, validate_rows
 
 STAGE = "visual_validate"
-VISUAL_VALIDATOR = Validator(STAGE, rules.VISUAL_VALIDATION, "visual_validator", with_image=True)
 
 
 class VisualValidateStage(ShardedStage):

@@ -33,6 +33,33 @@ def test_run_config_merges_overrides_and_run_dir(tmp_path):
     assert config.run_dir == str(tmp_path / "r")
 
 
+def test_flow_overrides_and_run_dir_beat_the_environment(tmp_path, monkeypatch):
+    """As the flows' docstrings say: the `overrides` and `run_dir` parameters are the last word."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("split:\n  seed: file\n  test: 0.3\n")
+    monkeypatch.setenv("LENSES__SPLIT__SEED", "env")
+    monkeypatch.setenv("LENSES__SPLIT__TEST", "0.2")
+    monkeypatch.setenv("LENSES__RUN_DIR", str(tmp_path / "env-run"))
+    config = load_run_config(str(cfg), str(tmp_path / "r"), {"split": {"seed": "override"}})
+    assert config.split.seed == "override"
+    assert config.run_dir == str(tmp_path / "r")
+    assert config.split.test == 0.2  # the environment still beats the file
+
+
+def test_run_config_is_resolved_once_per_parameters(tmp_path, monkeypatch):
+    """`lenses run`, the flow-run name and the flow body share one frozen config; a changed file
+    or environment resolves anew."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("shard_size: 10\n")
+    first = load_run_config(str(cfg), None, {"split": {"seed": "a"}})
+    assert load_run_config(str(cfg), None, {"split": {"seed": "a"}}) is first
+    monkeypatch.setenv("LENSES__SHARD_SIZE", "11")
+    assert load_run_config(str(cfg), None, {"split": {"seed": "a"}}).shard_size == 11
+    monkeypatch.delenv("LENSES__SHARD_SIZE")
+    cfg.write_text("shard_size: 120\n")
+    assert load_run_config(str(cfg), None, {"split": {"seed": "a"}}).shard_size == 120
+
+
 def test_run_config_rejects_unknown_override():
     with pytest.raises(ConfigError, match="shard_sise"):
         load_run_config(overrides={"shard_sise": 3})

@@ -14,6 +14,7 @@ from lenses_data.config import config_from_dict
 from lenses_data.schemas import Rejection
 from lenses_data.stages import registry
 from lenses_data.stages.base import ShardStats, summarize
+from lenses_data.stages.entry import guarded_stage
 
 
 class FlakyStage:
@@ -55,11 +56,16 @@ def _config(run: Path, retries: int):
     )
 
 
+def _run_rules(config) -> dict:
+    with guarded_stage("rules", config) as held:
+        return flows.stages.run_stage_with_runner("rules", config, held)
+
+
 @pytest.mark.slow
 def test_failed_shard_is_retried_per_config(prefect_harness, tmp_path, monkeypatch):
     stage = FlakyStage(failures=1)
     monkeypatch.setattr(registry, "stage_class", lambda name: lambda config: stage)
-    summary = flows.stages.run_stage_with_runner("rules", _config(tmp_path, retries=1))
+    summary = _run_rules(_config(tmp_path, retries=1))
     assert sorted(stage.calls) == [0, 0, 1]
     assert summary["shards"] == 2
     assert io.stage_is_complete(tmp_path, "rules")
@@ -70,7 +76,7 @@ def test_shard_failing_beyond_its_retries_fails_the_stage(prefect_harness, tmp_p
     stage = FlakyStage(failures=5)
     monkeypatch.setattr(registry, "stage_class", lambda name: lambda config: stage)
     with pytest.raises(RuntimeError, match="simulated crash"):
-        flows.stages.run_stage_with_runner("rules", _config(tmp_path, retries=1))
+        _run_rules(_config(tmp_path, retries=1))
     assert stage.calls.count(0) == 2
     assert not io.stage_is_complete(tmp_path, "rules")
 
@@ -83,7 +89,7 @@ def test_a_permanent_error_is_not_retried(prefect_harness, tmp_path, monkeypatch
     stage = FlakyStage(failures=5, error=ValueError)
     monkeypatch.setattr(registry, "stage_class", lambda name: lambda config: stage)
     with pytest.raises(ValueError, match="simulated crash") as raised:
-        flows.stages.run_stage_with_runner("rules", _config(tmp_path, retries=3))
+        _run_rules(_config(tmp_path, retries=3))
     assert stage.calls.count(0) == 1
     assert explain(raised.value) == "stage rules: ValueError: simulated crash of a shard task"
 

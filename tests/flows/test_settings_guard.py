@@ -134,3 +134,29 @@ def test_lenses_run_exits_2_with_one_line_naming_the_stage(run_copy, capsys, mon
     err = [line for line in capsys.readouterr().err.strip().splitlines() if line.startswith("error:")]
     assert len(err) == 1 and err[0].startswith("error: stage split ") and "split.seed" in err[0]
     assert _snapshot(run_copy) == before
+
+
+def test_a_stage_flow_with_changed_settings_stops_and_writes_nothing(run_copy):
+    """The per-stage flows go through the same entry as `lenses run` and the stage commands."""
+    from flows.stages import split_flow
+
+    before = _snapshot(run_copy)
+    with pytest.raises(SettingsChanged, match=r'stage split .*split\.seed "lenses-sample" -> "other"'):
+        split_flow(config_path=SAMPLE_CONFIG, run_dir=str(run_copy), overrides={"split": {"seed": "other"}})
+    assert _snapshot(run_copy) == before
+
+
+def test_a_stage_command_on_a_built_run_checks_its_stage_only(run_copy, capsys, monkeypatch):
+    """`lenses split` on a `lenses run --sample` build: the sample's sources, which the build
+    computed and the config file lacks, are read from the record; a changed seed is refused."""
+    from lenses_app.cli import main
+
+    argv = ["split", "--config", SAMPLE_CONFIG, "--run", str(run_copy)]
+    before = _snapshot(run_copy)
+    monkeypatch.setenv("LENSES__SPLIT__SEED", "other")
+    assert main(argv) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(err) == 1 and err[0].startswith("error: stage split ") and "split.seed" in err[0]
+    assert _snapshot(run_copy) == before
+    monkeypatch.delenv("LENSES__SPLIT__SEED")
+    assert main(argv) == 0

@@ -9,6 +9,7 @@ from flows.stages import run_stage_with_runner
 from lenses_data import io
 from lenses_data.candidates.sample import sample_sources
 from lenses_data.config import config_from_dict
+from lenses_data.stages.entry import guarded_stage
 
 
 def _ingest_and_dedupe(run, sources, orchestration):
@@ -21,7 +22,11 @@ def _ingest_and_dedupe(run, sources, orchestration):
         },
         environ={},
     )
-    return [run_stage_with_runner(stage, config) for stage in ("ingest", "dedupe")]
+    summaries = []
+    for stage in ("ingest", "dedupe"):
+        with guarded_stage(stage, config) as held:
+            summaries.append(run_stage_with_runner(stage, config, held))
+    return summaries
 
 
 @pytest.mark.slow

@@ -92,3 +92,29 @@ def test_shard_batches_group_consecutive_shards_and_cap_the_task_runs_of_a_stage
     assert OrchestrationConfig(max_tasks_per_stage=3).shard_batches([]) == []
     with pytest.raises(ValueError, match="shards_per_task"):
         OrchestrationConfig(shards_per_task=0)
+
+
+def test_one_precedence_defaults_file_environment_overrides(tmp_path):
+    """Lowest first: defaults, the file, the LENSES__ environment, then explicit overrides."""
+    from lenses_data.config import resolve_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text("shard_size: 50\nsplit:\n  seed: file\n  test: 0.3\ndedupe:\n  hamming_radius: 5\n")
+    environ = {"LENSES__SPLIT__SEED": "env", "LENSES__SPLIT__TEST": "0.2"}
+    config = resolve_config(path, {"split": {"seed": "override"}}, environ)
+    assert config.split.seed == "override"  # an override beats the environment
+    assert config.split.test == 0.2  # the environment beats the file
+    assert config.dedupe.hamming_radius == 5 and config.shard_size == 50  # the file beats the defaults
+    assert config.split.valid == PipelineConfig().split.valid  # the defaults fill the rest
+
+
+def test_a_resolved_config_is_immutable():
+    from pydantic import ValidationError
+
+    config = load_config(None, environ={})
+    with pytest.raises(ValidationError, match="frozen"):
+        config.run_dir = "elsewhere"
+    with pytest.raises(ValidationError, match="frozen"):
+        config.annotate.caption_words.max = 30
+    changed = config.model_copy(update={"run_dir": "elsewhere"})  # a change is a new config
+    assert (changed.run_dir, config.run_dir) == ("elsewhere", PipelineConfig().run_dir)

@@ -17,6 +17,7 @@ import jsonschema
 import pytest
 import yaml
 
+from lenses_data.annotation.validation import TEXT_VALIDATOR, VISUAL_VALIDATOR, build_request
 from lenses_data.config import load_config
 from lenses_data.config.models import ModelsConfig
 from lenses_data.models import probe
@@ -24,8 +25,6 @@ from lenses_data.models.client import ModelClient
 from lenses_data.models.types import ModelRequest, ModelResult
 from lenses_data.stages import filter as filter_stage
 from lenses_data.stages import generate as generate_stage
-from lenses_data.stages import validate as validate_stage
-from lenses_data.stages.visual_validate import VISUAL_VALIDATOR
 from tests.realvllm.vllm_server import VllmServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.realvllm, pytest.mark.timeout(2400)]
@@ -152,8 +151,8 @@ def test_both_validators_answer_production_requests_in_schema(
 ) -> None:
     batch = _validation_batch(photos[0])
     requests = [
-        validate_stage.build_request(batch, validate_stage.TEXT_VALIDATOR),
-        validate_stage.build_request(batch, VISUAL_VALIDATOR, str(photos[0])),
+        build_request(batch, TEXT_VALIDATOR),
+        build_request(batch, VISUAL_VALIDATOR, str(photos[0])),
     ]
     assert requests[1].image_path and requests[0].image_path is None
     results = _send(models, requests)

@@ -197,7 +197,7 @@ def test_outage_left_in_an_older_journal_is_asked_again_not_replayed(tmp_path: P
     older.close()
     server = FakeServer()
     with serving(server) as url:
-        models.validator.base_urls = [url]
+        models = models.with_role("validator", base_urls=[url])
         client = ModelClient(models, journal_root=tmp_path / "journal")
         with client.shard_journal(path):
             [result] = client.run_sync([request], parse_choice(["YES", "NO"]))

@@ -183,7 +183,7 @@ def test_without_affinity_the_answers_of_an_image_spread(simulator, rows) -> Non
     with sims[0] as a, sims[1] as b, sims[2] as c:
         urls = [a, b, c]
         config = sim_models_config(urls, timeout_s=5, concurrency=2)
-        config.generator.image_affinity = False
+        config = config.with_role("generator", image_affinity=False)
         results = ModelClient(config).run_sync(requests, lambda raw: raw)
         by_server = _images_by_server(urls)
     assert all(r.ok for r in results)

@@ -60,7 +60,7 @@ def _cached(simulator, rows, placeholder: str | None) -> list[tuple[int, int]]:
     requests.append(generate.build_request(rows[1], "caption", 0, settings))
     with simulator() as url:
         config = sim_models_config([url], timeout_s=5, concurrency=1)
-        config.generator.image_placeholder = placeholder
+        config = config.with_role("generator", image_placeholder=placeholder)
         results = ModelClient(config).run_sync(requests, lambda raw: raw)
     assert all(r.ok for r in results)
     # As vLLM does, the simulator reports cached tokens only for a hit: a miss has no field.
@@ -84,7 +84,7 @@ def test_lenses_check_reports_whether_the_instructions_are_cached(simulator) -> 
     with simulator() as url:
         config = sim_models_config([url], timeout_s=5)
         (placed,) = probe.check_roles(config, ["generator"])
-        config.generator.image_placeholder = None
+        config = config.with_role("generator", image_placeholder=None)
         (moved,) = probe.check_roles(config, ["generator"])
         (text_only,) = probe.check_roles(config, ["validator"])
 
@@ -105,7 +105,7 @@ def test_a_server_that_never_reports_the_cache_reads_not_measured() -> None:
 
     with serving(FakeServer(served=("test/validator",))) as url:
         config = sim_models_config([url], timeout_s=5)
-        config.validator.model = "test/validator"
+        config = config.with_role("validator", model="test/validator")
         (report,) = probe.check_roles(config, ["validator"])
     (prefix,) = [c for c in report.checks if c.capability == "prefix"]
     assert prefix.status == "ok" and prefix.detail.startswith("not measured")

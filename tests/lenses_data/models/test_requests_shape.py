@@ -17,6 +17,7 @@ from PIL import Image
 from skimage import data as skdata
 
 from lenses_data.annotation.prompts import get_template
+from lenses_data.annotation.validation import VISUAL_VALIDATOR, build_request
 from lenses_data.config import load_config
 from lenses_data.config.annotate import AnnotateConfig
 from lenses_data.config.models import (
@@ -32,8 +33,7 @@ from lenses_data.simulator.simulator import SimConfig, run_in_thread
 from lenses_data.simulator.testing import sim_models_config
 from lenses_data.simulator.vllm_prompt import render_string_turn
 from lenses_data.stages import filter as filter_stage
-from lenses_data.stages import generate, validate
-from lenses_data.stages.visual_validate import VISUAL_VALIDATOR
+from lenses_data.stages import generate
 
 ROOT = Path(__file__).parents[3]
 
@@ -64,7 +64,7 @@ def _requests(rows: list[dict[str, Any]]) -> list[ModelRequest]:
             }
             for j in range(2)
         ]
-        requests.append(validate.build_request(texts, VISUAL_VALIDATOR, row["path"]))
+        requests.append(build_request(texts, VISUAL_VALIDATOR, row["path"]))
     return requests
 
 
@@ -73,7 +73,7 @@ def _sent(rows: list[dict[str, Any]], placeholder: str | None = INTERNVL_IMAGE_P
     with run_in_thread(SimConfig(record_requests=100)) as url:
         config = sim_models_config([url], timeout_s=5)
         for role in ("filter", "generator", "visual_validator"):
-            config.role(role).image_placeholder = placeholder
+            config = config.with_role(role, image_placeholder=placeholder)
         results = ModelClient(config).run_sync(_requests(rows), lambda raw: raw)
         assert all(r.ok for r in results)
         return httpx.get(url.removesuffix("/v1") + "/sim/requests", timeout=5).json()["requests"]

@@ -15,12 +15,13 @@ import pytest
 
 from lenses_data import io
 from lenses_data.config import config_from_dict
+from lenses_data.dedupe.pairs import read_pairs
 from lenses_data.publish.report import dupes_page
 from lenses_data.publish.report.dupes import LABEL, choose_groups, closeness, dedupe_view
 from lenses_data.publish.report.thumbs import make_thumbnails
 from lenses_data.schemas import DedupeRecord
 from lenses_data.stages.base import run_stage
-from lenses_data.stages.dedupe import DedupeStage, read_pairs
+from lenses_data.stages.dedupe import DedupeStage
 
 TINY_CLIP = {
     "embed_dim": 32,

@@ -13,9 +13,10 @@ import pytest
 from lenses_app.cli import main
 from lenses_data import io
 from lenses_data.config import config_from_dict
+from lenses_data.dedupe.pairs import read_pairs
 from lenses_data.schemas import CandidateImage, DedupePair, DedupeRecord
 from lenses_data.stages.base import run_stage
-from lenses_data.stages.dedupe import DedupeStage, format_summary, read_pairs, read_summary
+from lenses_data.stages.dedupe import DedupeStage, format_summary, read_summary
 
 TINY_CLIP = {
     "embed_dim": 32,

@@ -13,9 +13,10 @@ from lenses_app.cli import main
 from lenses_data import io
 from lenses_data.config import config_from_dict
 from lenses_data.config.dedupe import PRODUCTION_SPLIT, TABLE1_IMAGES, SplitConfig
+from lenses_data.dedupe.pairs import PAIRS
 from lenses_data.schemas import DedupePair, DedupeRecord, FilterDecision, SplitAssignment
 from lenses_data.stages.base import ColumnMismatch, run_stage
-from lenses_data.stages.dedupe import PAIRS, DedupeStage
+from lenses_data.stages.dedupe import DedupeStage
 from lenses_data.stages.split import SplitStage, assign_splits, leakage_report
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from lenses_data.annotation.prompts import get_template
+from lenses_data.annotation.validation import make_batches
 from lenses_data.config import PipelineConfig
 from lenses_data.config.annotate import AnnotateConfig
 from lenses_data.stages import validate, visual_validate
@@ -234,6 +235,6 @@ def test_unedited_texts_keep_the_flags_of_the_rules_stage():
 def test_batches_are_split_by_size_and_kind():
     rows = [lens_row("i1", "caption", "Literal", f"{LIT} {n}") for n in range(5)]
     rows.append(lens_row("i1", "prompt", "Literal", LIT))
-    batches = validate.make_batches(rows, 2)
+    batches = make_batches(rows, 2)
     assert [len(b) for b in batches] == [2, 2, 1, 1]
     assert {b[0]["kind"] for b in batches} == {"caption", "prompt"}

@@ -1,0 +1,196 @@
+"""Validation of generated texts, shared by the validate (Listing 4) and visual-validate (Listing 5)
+stages: batching per image and kind, the request, the aligned answer, and per item the discard,
+fixed-field and edit rules with the re-check of an edited text (see `lenses_data.stages.validate`
+for the rules in words). A `Validator` names the listing, role and stage of one of the two.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from lenses_data.annotation import rules
+from lenses_data.annotation.answers import TEXT_KEY, array_schema, item_parser, items_json
+from lenses_data.annotation.phrase_bank import default_phrase_bank
+from lenses_data.annotation.prompts import get_template
+from lenses_data.annotation.rejection_rows import failed_result_rejection, rejection
+from lenses_data.annotation.rules import LISTING_OF_KIND
+from lenses_data.annotation.text_checks import per_text_violations
+from lenses_data.config.annotate import AnnotateConfig
+from lenses_data.ids import stable_hash
+from lenses_data.models import types as codes
+from lenses_data.models.types import AnswerClient, ModelRequest
+
+VALIDATOR_DISCARDED = "validator_discarded"
+FIXED_FIELD_CHANGED = "fixed_field_changed"
+# Failures a smaller request cannot cure: do not fall back to item-by-item for these.
+_TRANSPORT = {
+    codes.TRANSPORT_ERROR,
+    codes.TIMEOUT,
+    codes.RATE_LIMITED,
+    codes.SERVER_ERROR,
+    codes.CLIENT_ERROR,
+    codes.BAD_INPUT,
+}
+
+
+@dataclass(frozen=True)
+class Validator:
+    """Which listing, role and stage name; whether the image goes with the texts."""
+
+    stage: str
+    template: str
+    role: str
+    with_image: bool
+
+
+TEXT_VALIDATOR = Validator("validate", rules.TEXT_VALIDATION, "validator", with_image=False)
+VISUAL_VALIDATOR = Validator("visual_validate", rules.VISUAL_VALIDATION, "visual_validator", with_image=True)
+
+
+def make_batches(rows: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:
+    """Rows grouped per (image, kind) in input order, chunked to at most `size` items."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["image_id"], row["kind"]), []).append(row)
+    return [group[i : i + size] for group in groups.values() for i in range(0, len(group), size)]
+
+
+def build_request(batch: list[dict[str, Any]], v: Validator, image_path: str | None = None) -> ModelRequest:
+    first = batch[0]
+    ids = stable_hash(*(r["text_id"] for r in batch))[:16]
+    return ModelRequest(
+        key=f"{v.stage}:{first['image_id']}:{first['kind']}:{len(batch)}:{ids}",
+        role=v.role,
+        text=get_template(v.template).text,
+        image_path=image_path if v.with_image else None,
+        after_image_text=items_json(first["kind"], batch),
+        json_schema=array_schema(first["kind"], len(batch), len(batch)),
+    )
+
+
+def parse_answer(raw: str, kind: str, n_items: int) -> list[dict[str, str]]:
+    """The aligned answer for a batch of `n_items` inputs."""
+    return item_parser(kind, n_items, n_items)(raw)
+
+
+def _same(a: str, b: str) -> bool:
+    return " ".join(str(a).split()).casefold() == " ".join(str(b).split()).casefold()
+
+
+def apply_item(
+    row: dict[str, Any], item: dict[str, str], raw: str | None, v: Validator, settings: AnnotateConfig
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """One validator answer item applied to its input row -> (kept row or None, rejections)."""
+
+    def reject(reason: str, message: str) -> dict[str, Any]:
+        return rejection(v.stage, row["text_id"], reason, message, image_id=row["image_id"], raw=raw)
+
+    text = item[TEXT_KEY[row["kind"]]].strip()
+    if not text:
+        return None, [reject(VALIDATOR_DISCARDED, "the validator discarded the text (empty string)")]
+    fixed = {"Focus": row["focus"], "Category": str(row["lens"])}
+    changed = [f"{f} {old!r} -> {item[f]!r}" for f, old in fixed.items() if not _same(item[f], old)]
+    if changed:
+        what = ", ".join(changed)
+        if settings.on_fixed_field_change == "discard":
+            return None, [reject(FIXED_FIELD_CHANGED, f"validator changed {what}; item discarded")]
+        return row, [
+            reject(FIXED_FIELD_CHANGED, f"validator changed {what}; answer not applied, original kept")
+        ]
+    original = row.get("original_text") or row["text"]
+    updated = {**row, "text": text, "original_text": original, "edited": text != original}
+    if text == row["text"]:
+        return updated, []
+    rejecting = recheck(row, updated, v, settings)
+    if rejecting:
+        return None, [reject(x.reason, f"after the validator's edit: {x.message}") for x in rejecting]
+    return updated, []
+
+
+def recheck(
+    row: dict[str, Any], updated: dict[str, Any], v: Validator, settings: AnnotateConfig
+) -> list[rules.Violation]:
+    """The per-text rules on an edited text: sets its idioms and flags, returns what rejects it.
+
+    Which violations reject is `rules.rejects` with the validator as the editor, so an edit that
+    Listing 5 allows (a removed fragment or idiom) is never undone here."""
+    bank, listing = default_phrase_bank(), LISTING_OF_KIND[row["kind"]]
+    updated["idioms"] = [m.idiom for m in bank.find(updated["text"], listing)]
+    violations = per_text_violations(updated, settings, bank)
+    added = set(updated["idioms"]) - {m.idiom for m in bank.find(row["text"], listing)}
+    if v.template == rules.VISUAL_VALIDATION and added:
+        message = f"Listing 5 says not to add idioms; the edit added {', '.join(sorted(added))}"
+        violations.append(rules.Violation(rules.VALIDATOR_ADDED_IDIOM, message))
+    if not settings.recheck_rules_after_validation:
+        updated["flags"] = [x.reason for x in violations]
+        return []
+    rejecting, flags = rules.split_violations(
+        violations, row["kind"], settings.idiom_rules, v.template, word_limits=settings.word_limits
+    )
+    updated["flags"] = [x.reason for x in flags]
+    return rejecting
+
+
+def _run_batches(batches, client, v, paths):
+    requests = [build_request(b, v, paths.get(b[0]["image_id"])) for b in batches]
+    parsers = {r.key: (b[0]["kind"], len(b)) for r, b in zip(requests, batches, strict=True)}
+    # One parse function for all requests: it must know each request's expected count, so the
+    # requests of one call share (kind, size); group them accordingly.
+    results: dict[str, Any] = {}
+    for shape in set(parsers.values()):
+        chosen = [r for r in requests if parsers[r.key] == shape]
+        answers = client.run_sync(chosen, lambda raw, s=shape: parse_answer(raw, s[0], s[1]))
+        results.update({r.key: a for r, a in zip(chosen, answers, strict=True)})
+    return [results[r.key] for r in requests]
+
+
+def validate_rows(
+    rows: list[dict[str, Any]],
+    client: AnswerClient | None,
+    settings: AnnotateConfig,
+    v: Validator,
+    paths: dict[str, str],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Validate rows batch-wise, falling back to single items for unusable batch answers (`client`
+    may be None only when there are no rows)."""
+    batches = make_batches(rows, settings.validation_batch_size)
+    kept, rejected, retry = [], [], []
+    for batch, result in zip(batches, _run_batches(batches, client, v, paths), strict=True):
+        if result.ok and len(batch) > 1 and _misordered(batch, result.value):
+            retry.extend([row] for row in batch)  # right items, wrong order: ask item by item
+        elif result.ok:
+            _apply_all(batch, result, v, settings, kept, rejected)
+        elif len(batch) > 1 and result.error_code not in _TRANSPORT:
+            retry.extend([row] for row in batch)
+        else:
+            rejected.extend(
+                failed_result_rejection(v.stage, r["text_id"], result, r["image_id"]) for r in batch
+            )
+    for batch, result in zip(retry, _run_batches(retry, client, v, paths), strict=True):
+        if result.ok:
+            _apply_all(batch, result, v, settings, kept, rejected)
+        else:
+            rejected.append(
+                failed_result_rejection(v.stage, batch[0]["text_id"], result, batch[0]["image_id"])
+            )
+    return kept, rejected
+
+
+def _misordered(batch: list[dict[str, Any]], items: list[dict[str, str]]) -> bool:
+    """The answer's (Focus, Category) pairs are the inputs' in another order."""
+
+    def pairs(values: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        return [(" ".join(f.split()).casefold(), c) for f, c in values]
+
+    want = pairs([(r["focus"], str(r["lens"])) for r in batch])
+    got = pairs([(i["Focus"], str(i["Category"])) for i in items])
+    return want != got and sorted(want) == sorted(got)
+
+
+def _apply_all(batch, result, v, settings, kept, rejected) -> None:
+    for row, item in zip(batch, result.value, strict=True):
+        out, notes = apply_item(row, item, result.raw, v, settings)
+        rejected.extend(notes)
+        if out is not None:
+            kept.append(out)
