@@ -83,7 +83,7 @@ _LOCAL_DIR_FAMILIES = ("blip2", "hf_clip", "bge_vl_mllm", "altclip", "align", "g
 
 
 class ZeroShotSection(_Section):
-    """One zero-shot row of main Tables 2 and 5 (training/evaluation/zero_shot.py)."""
+    """One zero-shot row of main Tables 2 and 5 (training/evaluation/scoring/zero_shot.py)."""
 
     row: str = Field(description="Row label, e.g. BLIP-2, BGE-VL-Large, CoCa (the papers' names)")
     family: ZeroShotFamily

@@ -1,7 +1,7 @@
 """`baselines.irfl_fusion`: seed 004's weighted CLIP ensemble and supervised MLP on IRFL (its Tables 2, 3).
 
 Kept apart from config.py like the `external` section; the scorer is
-`training.evaluation.irfl_fusion`, the pure parts `training.baselines.clip_fusion`.
+`training.evaluation.external.irfl_fusion`, the pure parts `training.baselines.clip_fusion`.
 """
 
 from __future__ import annotations

@@ -11,17 +11,17 @@ import numpy as np
 
 from training.baselines.clip_finetune import ROW as CLIP_FINETUNED
 from training.baselines.clip_finetune import clip_finetune_system
-from training.evaluation.backbone_scaling import (
+from training.evaluation.config import EvalConfig
+from training.evaluation.systems.backbone_scaling import (
     backbone_scaling_results,
     gallery_protocol,
     main_table6,
     supp_table7,
     table_row,
 )
-from training.evaluation.config import EvalConfig
-from training.evaluation.generator_swap import generator_swap_results, supp_table6
-from training.evaluation.markdown import table
-from training.evaluation.swap_runs import FINE_TUNED, MAIN, SwapModels
+from training.evaluation.systems.generator_swap import generator_swap_results, supp_table6
+from training.evaluation.systems.swap import FINE_TUNED, MAIN, SwapModels
+from training.evaluation.tables.markdown import table
 from training.evaluation.types import SplitLabels
 
 

@@ -15,16 +15,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from training.evaluation.backbone_scaling import (
+from training.evaluation.config import EvalConfig
+from training.evaluation.systems.backbone_scaling import (
     LENS_COLS,
     gallery_protocol,
     lens_protocol,
     protocols_title,
     table_row,
 )
-from training.evaluation.config import EvalConfig
-from training.evaluation.markdown import table
-from training.evaluation.swap_runs import FINE_TUNED, MAIN, SwapModels, swap_results
+from training.evaluation.systems.swap import FINE_TUNED, MAIN, SwapModels, swap_results
+from training.evaluation.tables.markdown import table
 from training.evaluation.types import SplitLabels
 
 NOT_RUN = "not run: no `generator_swap` entries in the evaluation config"

@@ -21,8 +21,8 @@ from typing import Any
 
 from lenses_data.schemas import LENS_KEYS, LENS_NAMES
 from training.evaluation.config import EvalConfig
-from training.evaluation.markdown import fmt, table
-from training.evaluation.swap_runs import FINE_TUNED, MAIN, SwapModels, swap_results
+from training.evaluation.systems.swap import FINE_TUNED, MAIN, SwapModels, swap_results
+from training.evaluation.tables.markdown import fmt, table
 from training.evaluation.types import SplitLabels
 
 NOT_RUN = "not run: no `backbone_scaling` entries in the evaluation config"

@@ -28,8 +28,8 @@ import numpy as np
 import torch
 
 from training.evaluation.config import EvalConfig
-from training.evaluation.imp_metrics import imp_metrics, imp_negatives
-from training.evaluation.scoring import all_lens_text_slots, label_text_slots, score_lens_slots
+from training.evaluation.imp.metrics import imp_metrics, imp_negatives
+from training.evaluation.scoring.similarity import all_lens_text_slots, label_text_slots, score_lens_slots
 from training.evaluation.types import DiscardedTexts, EncodedSplit, SplitLabels
 
 log = logging.getLogger(__name__)
@@ -168,8 +168,8 @@ def run_negatives(
     the lens model (`training.evaluation.run.MAIN_SYSTEM`) is scored here. Without `chosen`
     (no imp, or imp.negatives: shifted) the matrices pass through and there are no negatives.
     """
-    from training.evaluation.paper_runs import lens_model_loader
-    from training.evaluation.swap_runs import MAIN
+    from training.evaluation.systems.paper import lens_model_loader
+    from training.evaluation.systems.swap import MAIN
 
     systems, pairs = split_negative_columns(systems, len(labels.captions), chosen)
     if chosen is None:

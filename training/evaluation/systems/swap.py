@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from training.evaluation.config import EvalConfig, SwapSection
-from training.evaluation.swapped_split import SwappedPart, swap_texts
+from training.evaluation.systems.swapped_split import SwappedPart, swap_texts
 from training.evaluation.types import SplitLabels
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ class SwapModels:
     (one instance serves both harnesses of a run)."""
 
     def __init__(self, cfg: EvalConfig, source: dict) -> None:
-        from training.evaluation.paper_runs import lens_model_loader
+        from training.evaluation.systems.paper import lens_model_loader
 
         self._lens_loader, self.lens_reason = lens_model_loader(cfg, source)
         self._global_ckpt = cfg.baselines.global_only_checkpoint
@@ -63,7 +63,7 @@ class SwapModels:
     @property
     def global_only(self):
         if self._global is None and self._global_ckpt:
-            from training.evaluation.paper_runs import checkpoint_bundle
+            from training.evaluation.systems.paper import checkpoint_bundle
 
             self._global = checkpoint_bundle(self._global_ckpt)
         return self._global
@@ -73,7 +73,7 @@ def _score_swapped(
     swapped: SplitLabels, models: SwapModels, cfg: EvalConfig, evaluate: Callable, with_global: bool
 ) -> dict[str, dict[str, dict]]:
     from training.evaluation.inputs import encode_in_process
-    from training.evaluation.zero_shot import global_mode_scores
+    from training.evaluation.scoring.zero_shot import global_mode_scores
 
     enc = encode_in_process(*models.lens, swapped)
     extra = {}

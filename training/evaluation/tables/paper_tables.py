@@ -3,16 +3,16 @@ supplementary Tables 3 and 5). A row the run did not produce is kept and marked:
 (the code cannot produce it, with the reason) or "not run" (what to configure for it).
 
 Reads only the results dict of `training.evaluation.run`; the generic per-protocol tables stay in
-`training.evaluation.reports`, which appends these.
+`training.evaluation.tables.reports`, which appends these.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from training.evaluation.harnesses import harness_tables
-from training.evaluation.markdown import fmt as _fmt
-from training.evaluation.markdown import table as _table
+from training.evaluation.systems.harnesses import harness_tables
+from training.evaluation.tables.markdown import fmt as _fmt
+from training.evaluation.tables.markdown import table as _table
 
 LENS_COLS = (("Literal", "literal"), ("Figurative", "figurative"), ("Abstract", "abstract"),
              ("Background", "background"), ("Emotional", "emotional"), ("All", "all"))  # fmt: skip
@@ -207,9 +207,11 @@ def paper_tables_markdown(results: dict[str, Any]) -> list[str]:
     ]  # fmt: skip
 
 
-# --- baselines.open_clip in its paper row; supp. Tables 1-2 (training/evaluation/karpathy.py) ---
+# --- baselines.open_clip in its paper row; supp. Tables 1-2 (training/evaluation/external/karpathy.py) ---
 
-ARTEMIS_OPEN_CLIP = "ArtEmis (zero-shot open_clip)"  # training.evaluation.external_runs.external_benchmarks
+ARTEMIS_OPEN_CLIP = (
+    "ArtEmis (zero-shot open_clip)"  # training.evaluation.external.artemis_irfl.external_benchmarks
+)
 KARPATHY_ROWS = ("OpenAI CLIP-B/16", "Open CLIP-B/16", "EVA-02-CLIP-B/16", "OpenAI CLIP-L/14", "Open CLIP-L/14",
                  "EVA-02-CLIP-L/14", "MagicLens-B", "MagicLens-L", "VLM2Vec", "BGE-VL-MLLM")  # fmt: skip
 KARPATHY_LENSES = ("Lenses - All", "Lenses - Literal")
