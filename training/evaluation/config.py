@@ -10,8 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lenses_data.config import deep_merge
 from training.baselines.clip_finetune_config import ClipFinetuneSection
-from training.evaluation.external_config import ExternalSection
-from training.evaluation.fusion_config import IrflFusionSection
+from training.evaluation.external_config import ExternalSection, IrflFusionSection
 from training.retriever.config import SMOOTH_CHAMFER_ALPHA, SMOOTH_CHAMFER_DENOMINATOR
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"  # training/configs

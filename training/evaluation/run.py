@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from training.baselines.clip_finetune import clip_finetune_system
 from training.evaluation.config import EvalConfig
 from training.evaluation.external.artemis_irfl import external_benchmarks
 from training.evaluation.external.karpathy import karpathy_benchmarks
@@ -45,14 +46,12 @@ from training.evaluation.scoring.ablations import (
 )
 from training.evaluation.scoring.similarity import all_lens_text_slots, label_text_slots, score_lens_slots
 from training.evaluation.scoring.zero_shot import zero_shot_systems
-from training.evaluation.systems.harnesses import add_harness_results, harness_systems
 from training.evaluation.systems.paper import add_paper_results, fine_tuned_scores
-from training.evaluation.types import EncodedSplit
+from training.evaluation.systems.swap import add_harness_results
+from training.evaluation.types import FINE_TUNED, MAIN_SYSTEM, EncodedSplit
 
 log = logging.getLogger(__name__)
 
-MAIN_SYSTEM = "Lenses (lens-masked + global)"
-FINE_TUNED = "Global-only fine-tuned"
 ABLATION_TITLES = {
     "global": "Global only",
     "no_mask": "No-mask smooth Chamfer",
@@ -230,7 +229,7 @@ def run_evaluation(cfg: EvalConfig) -> tuple[dict[str, Any], dict[str, Path]]:
         name = f"Zero-shot open_clip ({Path(oc.model_config_path).stem if oc.model_config_path else oc.model_name}, {weights})"
         extra[name] = open_clip_scores(clip_bundle, cfg, labels.image_paths, texts)
         open_clip_entry = (name, clip_bundle)
-    clip_systems, clip_meta = harness_systems(cfg, labels, texts)  # supp. Table 9's fine-tuned CLIP
+    clip_systems, clip_meta = clip_finetune_system(cfg, labels, texts)  # supp. Table 9's fine-tuned CLIP
     extra.update(clip_systems)
     zero_shot, unavailable = zero_shot_systems(cfg.baselines.zero_shot, labels.image_paths, texts)
     extra.update(zero_shot)  # the zero-shot rows of main Table 2, by their paper names

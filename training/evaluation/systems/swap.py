@@ -1,4 +1,5 @@
-"""Frozen models re-scored on swapped splits: the engine of `backbone_scaling` and `generator_swap`.
+"""Frozen models re-scored on swapped splits: the results of `backbone_scaling` (main Table 6,
+supp. Table 7: other image-side prompts) and `generator_swap` (supp. Table 6: other captions).
 
 The papers train the lens model (and the fine-tuned global-only baseline) once, on the build
 whose captions and prompts came from InternVL3.5-38B, and then only change which generator
@@ -15,14 +16,11 @@ from typing import Any
 
 from training.evaluation.config import EvalConfig, SwapSection
 from training.evaluation.systems.swapped_split import SwappedPart, swap_texts
-from training.evaluation.types import SplitLabels
+from training.evaluation.types import FINE_TUNED, SplitLabels
+from training.evaluation.types import MAIN_SYSTEM as MAIN
 
 log = logging.getLogger(__name__)
 
-# The system names of training.evaluation.run (MAIN_SYSTEM and the global-only row); run imports
-# this module, so they are repeated here as paper_tables repeats them.
-MAIN = "Lenses (lens-masked + global)"
-FINE_TUNED = "Global-only fine-tuned"
 
 NO_GLOBAL_CHECKPOINT = "baselines.global_only_checkpoint not set (encodings of the evaluated captions cannot score other captions)"
 
@@ -120,3 +118,20 @@ def swap_results(
     if with_global and not cfg.baselines.global_only_checkpoint:
         out["unavailable"][FINE_TUNED] = NO_GLOBAL_CHECKPOINT
     return out
+
+
+def add_harness_results(
+    results: dict[str, Any], cfg: EvalConfig, labels: SplitLabels, source: dict, evaluate: Callable
+) -> None:
+    """Adds `backbone_scaling` (each configured build's prompts) and `generator_swap` (each build's
+    captions, the global-only baseline re-scored too) when the config lists builds for them; their
+    tables are `training.evaluation.tables.harness_tables`."""
+    models = SwapModels(cfg, source)  # loads nothing until a swapped split needs it
+    if cfg.backbone_scaling:
+        results["backbone_scaling"] = swap_results(
+            cfg, labels, results, source, evaluate, cfg.backbone_scaling, "prompts", False, models
+        )
+    if cfg.generator_swap:
+        results["generator_swap"] = swap_results(
+            cfg, labels, results, source, evaluate, cfg.generator_swap, "captions", True, models
+        )

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from training.evaluation.systems.harnesses import harness_tables
+from training.evaluation.tables.harness_tables import harness_tables
 from training.evaluation.tables.markdown import fmt as _fmt
 from training.evaluation.tables.markdown import table as _table
+from training.evaluation.types import FINE_TUNED
+from training.evaluation.types import MAIN_SYSTEM as MAIN
 
 LENS_COLS = (("Literal", "literal"), ("Figurative", "figurative"), ("Abstract", "abstract"),
              ("Background", "background"), ("Emotional", "emotional"), ("All", "all"))  # fmt: skip
-MAIN = "Lenses (lens-masked + global)"  # training.evaluation.run.MAIN_SYSTEM
-FINE_TUNED = "Global-only fine-tuned"
 
 # Rows no configuration can fill, with the reason (docs/evaluation.md lists them).
 NO_ADAPTER = {
