@@ -1,6 +1,6 @@
 """The external benchmarks run beside the Lenses split: ArtEmis retrieval and IRFL detection (seed 004).
 
-Split out of `training.evaluation.run`; only prompt-free scorers (zero-shot open_clip, LoRA-CLIP) run here.
+Only prompt-free scorers (zero-shot open_clip, LoRA-CLIP) run here; `run` calls it, IRFL's own rows are `irfl`.
 """
 
 from __future__ import annotations
