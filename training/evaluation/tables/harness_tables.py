@@ -20,16 +20,14 @@ numbers here as there. The slot-less BGE-VL-MLLM row uses Table 2's gallery prot
 
 from __future__ import annotations
 
-from lenses_data.schemas import LENS_KEYS, LENS_NAMES
 from training.baselines.clip_finetune import ROW as CLIP_FINETUNED
-from training.evaluation.tables.markdown import fmt, table
+from training.evaluation.tables.markdown import LENS_COLS, table, table_row
 from training.evaluation.types import FINE_TUNED
 from training.evaluation.types import MAIN_SYSTEM as MAIN
 
 NOT_RUN = "not run: no `backbone_scaling` entries in the evaluation config"
 SWAP_NOT_RUN = "not run: no `generator_swap` entries in the evaluation config"
 SWAP_ROWS = (("BGE-VL-MLLM", FINE_TUNED), ("Lenses", MAIN))
-LENS_COLS = (*zip(LENS_NAMES, LENS_KEYS, strict=True), ("All", "all"))  # (title, metrics key)
 
 
 def gallery_protocol(results: dict) -> str | None:
@@ -51,11 +49,6 @@ def protocols_title(results: dict) -> str:
         + ("" if lens == gallery else f", BGE-VL-MLLM `{gallery}`")
         + " (as main Table 2)"
     )
-
-
-def table_row(label: str, metrics: dict | None, keys: list[str], note: str, digits: int = 2) -> list[str]:
-    cells = ["—" for _ in keys] if metrics is None else [fmt(metrics.get(k), digits) for k in keys]
-    return [label, *cells, note]
 
 
 def _lens_row(scaling: dict, row: str, protocol: str | None) -> tuple[dict | None, str]:
