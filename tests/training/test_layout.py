@@ -95,6 +95,24 @@ def test_training_import_chains_stay_shallow():
     assert depth <= MAX_IMPORT_DEPTH, f"import chain {depth} deep: {' -> '.join(chain)}"
 
 
+def test_evaluation_tables_reach_no_run():
+    """The markdown of training/evaluation/tables reads the results dict only: nothing it imports,
+    directly or through other modules, is a run (systems/, run.py). A table that imported its run
+    is what made the old chain 14 deep."""
+    graph = import_graph(REPO_ROOT / "training")
+    tables = [m for m in graph if m.startswith("training.evaluation.tables.")]
+    assert "training.evaluation.tables.paper_tables" in tables
+    seen, todo = set(), list(tables)
+    while todo:
+        for target in graph[todo.pop()] - seen:
+            seen.add(target)
+            todo.append(target)
+    runs = sorted(
+        m for m in seen if m.startswith("training.evaluation.systems") or m == "training.evaluation.run"
+    )
+    assert runs == [], f"tables/ reach {runs}"
+
+
 @pytest.mark.parametrize(
     "path", sorted((REPO_ROOT / "training").rglob("*.py")), ids=lambda p: str(p.relative_to(REPO_ROOT))
 )
