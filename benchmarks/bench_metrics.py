@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from training.evaluation.metrics import retrieval_metrics
-from training.evaluation.routing import fallback_rates, routing_matrix
-from training.evaluation.scoring import all_lens_text_slots, score_lens_slots
+from training.evaluation.metrics.retrieval import retrieval_metrics
+from training.evaluation.metrics.routing import fallback_rates, routing_matrix
+from training.evaluation.scoring.similarity import all_lens_text_slots, score_lens_slots
 
 
 def make_data(n_img: int, n_txt: int, dim: int, max_slots: int, seed: int = 0):

@@ -38,8 +38,8 @@ def evaluate_retriever(
 
     def body() -> dict[str, Any]:
         from training.evaluation.config import load_eval_config
-        from training.evaluation.reports import render_markdown
         from training.evaluation.run import run_evaluation, summary_lines
+        from training.evaluation.tables.reports import render_markdown
 
         logger = get_run_logger()
         merged = dict(overrides or {})
@@ -52,7 +52,7 @@ def evaluate_retriever(
                 merged[key] = value
         cfg = load_eval_config(config_path, merged)
         if cfg.imp is not None and cfg.imp.difficulty_table is None:  # IMP split first, as its own step
-            from training.evaluation.imp_split import write_imp_split
+            from training.evaluation.imp.split import write_imp_split
 
             table = str(write_imp_split(cfg)["difficulty"])
             logger.info("IMP difficulty split written to %s", table)

@@ -94,3 +94,17 @@ def imports_of_packages(root: Path, tops: set[str]) -> dict[str, set[str]]:
             if hits:
                 found.setdefault(module_name(root, path), set()).update(hits)
     return found
+
+
+def longest_chain(graph: dict[str, set[str]]) -> list[str]:
+    """The longest path [a, b, ..., z] of modules each importing the next (graph must have no cycle);
+    its depth is len(path) - 1 imports. Memoised DFS over the sorted graph, so the answer is stable."""
+    best: dict[str, list[str]] = {}
+
+    def from_(mod: str) -> list[str]:
+        if mod not in best:
+            tails = [from_(t) for t in sorted(graph[mod])]
+            best[mod] = [mod, *max(tails, key=len, default=[])]
+        return best[mod]
+
+    return max((from_(m) for m in sorted(graph)), key=len, default=[])

@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     from training.evaluation.config import load_eval_config
-    from training.evaluation.imp_split import write_imp_split
+    from training.evaluation.imp.split import write_imp_split
 
     overrides = {
         key: value

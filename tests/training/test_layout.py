@@ -10,10 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.import_graph import find_cycle, import_graph, package_graph
+from tests.import_graph import find_cycle, import_graph, longest_chain, package_graph
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MAX_LINES = 300
+# The longest chain of training/ modules importing one another, in imports (run -> ... -> lenses is
+# 9 today; it was 14 before training/evaluation was grouped, tables no longer import the runs).
+MAX_IMPORT_DEPTH = 9
 
 
 def _write(root: Path, files: dict[str, str]) -> Path:
@@ -71,6 +74,43 @@ def test_training_subpackages_have_no_import_cycle():
     cycle = find_cycle(packages)
     assert cycle is None, f"sub-package cycle: {' -> '.join(cycle)}"
     assert packages["training.retriever"] == set()  # the model imports nothing else from training/
+
+
+def test_longest_chain_counts_imports_along_the_deepest_path():
+    graph = {"a": {"b", "c"}, "b": {"d"}, "c": set(), "d": {"e"}, "e": set(), "f": {"a"}}
+    assert longest_chain(graph) == ["f", "a", "b", "d", "e"]
+    graph["e"] = {"c"}  # one more link at the bottom lengthens the chain
+    assert len(longest_chain(graph)) - 1 == 5
+    assert longest_chain({}) == []
+
+
+def test_training_import_chains_stay_shallow():
+    """A newcomer following the imports from any training/ module reaches the bottom within
+    MAX_IMPORT_DEPTH hops. Imports inside functions count as much as those at the top of a file
+    (import_graph reads both): a deferred import still has to be read to follow the code, and it
+    is how the old 14-deep chain through training/evaluation hid (run -> reports -> paper_tables ->
+    harnesses -> generator_swap -> backbone_scaling -> swap_runs -> paper_runs -> inputs -> ...)."""
+    chain = longest_chain(import_graph(REPO_ROOT / "training"))
+    depth = len(chain) - 1
+    assert depth <= MAX_IMPORT_DEPTH, f"import chain {depth} deep: {' -> '.join(chain)}"
+
+
+def test_evaluation_tables_reach_no_run():
+    """The markdown of training/evaluation/tables reads the results dict only: nothing it imports,
+    directly or through other modules, is a run (systems/, run.py). A table that imported its run
+    is what made the old chain 14 deep."""
+    graph = import_graph(REPO_ROOT / "training")
+    tables = [m for m in graph if m.startswith("training.evaluation.tables.")]
+    assert "training.evaluation.tables.paper_tables" in tables
+    seen, todo = set(), list(tables)
+    while todo:
+        for target in graph[todo.pop()] - seen:
+            seen.add(target)
+            todo.append(target)
+    runs = sorted(
+        m for m in seen if m.startswith("training.evaluation.systems") or m == "training.evaluation.run"
+    )
+    assert runs == [], f"tables/ reach {runs}"
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@
 
 Scores zero-shot CLIP-style models and the global-only fine-tuned model (loss.mode=global), and is
 the "Global only" variant of the similarity ablation. Returns a float32 numpy [n_images, n_texts]
-matrix for `training.evaluation.metrics`.
+matrix for `training.evaluation.metrics.retrieval`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Evaluation of the lens model: score matrices, metrics, reports, encodings and the run itself.
+"""Evaluation of the lens model: what `lenses evaluate` runs (`run`), its config, inputs and encodings.
 
-`types` (records) <- `inputs` (fill them) <- `run` (score, measure, report); the metric kernels
-(`ranking`, `topk`, `metrics`, `lens_slot`) and scorers (`scoring`, `routing`, `ablations`) are
-pure functions of arrays. Map: docs/evaluation.md.
+`run` calls each part from the top (a registry, not a chain): `scoring/` (score matrices),
+`metrics/` (pure metric kernels), `imp/` (the IMP difficulty split), `systems/` (rows that load
+models), `external/` (ArtEmis, IRFL, Karpathy) and `tables/` (markdown from the results dict only).
+`types` holds the records they pass; `inputs` fills them. Map: docs/evaluation.md.
 """

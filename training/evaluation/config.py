@@ -10,8 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lenses_data.config import deep_merge
 from training.baselines.clip_finetune_config import ClipFinetuneSection
-from training.evaluation.external_config import ExternalSection
-from training.evaluation.fusion_config import IrflFusionSection
+from training.evaluation.external_config import ExternalSection, IrflFusionSection
 from training.retriever.config import SMOOTH_CHAMFER_ALPHA, SMOOTH_CHAMFER_DENOMINATOR
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"  # training/configs
@@ -83,7 +82,7 @@ _LOCAL_DIR_FAMILIES = ("blip2", "hf_clip", "bge_vl_mllm", "altclip", "align", "g
 
 
 class ZeroShotSection(_Section):
-    """One zero-shot row of main Tables 2 and 5 (training/evaluation/zero_shot.py)."""
+    """One zero-shot row of main Tables 2 and 5 (training/evaluation/scoring/zero_shot.py)."""
 
     row: str = Field(description="Row label, e.g. BLIP-2, BGE-VL-Large, CoCa (the papers' names)")
     family: ZeroShotFamily

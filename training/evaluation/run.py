@@ -16,19 +16,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from training.evaluation.ablations import SIMILARITY_VARIANTS, similarity_ablation_scores, text_only_retrieval
+from training.baselines.clip_finetune import clip_finetune_system
 from training.evaluation.config import EvalConfig
-from training.evaluation.external_runs import external_benchmarks
-from training.evaluation.harnesses import add_harness_results, harness_systems
-from training.evaluation.imp_aggregates import add_imp_aggregates
-from training.evaluation.imp_discarded import (
+from training.evaluation.external.artemis_irfl import external_benchmarks
+from training.evaluation.external.karpathy import karpathy_benchmarks
+from training.evaluation.imp.aggregates import add_imp_aggregates
+from training.evaluation.imp.discarded import (
     NegativeScores,
     imp_by_system,
     imp_negative_texts,
     run_negatives,
     scoring_texts,
 )
-from training.evaluation.imp_split import difficulty_codes
+from training.evaluation.imp.split import difficulty_codes
 from training.evaluation.inputs import (
     global_only_scores,
     lens_model_encodings,
@@ -36,19 +36,22 @@ from training.evaluation.inputs import (
     open_clip_scores,
     split_labels,
 )
-from training.evaluation.karpathy import karpathy_benchmarks
-from training.evaluation.lens_slot import lens_slot_metrics
-from training.evaluation.metrics import protocol_free, retrieval_metrics
-from training.evaluation.paper_runs import add_paper_results, fine_tuned_scores
-from training.evaluation.routing import fallback_rates, routing_matrix
-from training.evaluation.scoring import all_lens_text_slots, label_text_slots, score_lens_slots
-from training.evaluation.types import EncodedSplit
-from training.evaluation.zero_shot import zero_shot_systems
+from training.evaluation.metrics.lens_slot import lens_slot_metrics
+from training.evaluation.metrics.retrieval import protocol_free, retrieval_metrics
+from training.evaluation.metrics.routing import fallback_rates, routing_matrix
+from training.evaluation.scoring.ablations import (
+    SIMILARITY_VARIANTS,
+    similarity_ablation_scores,
+    text_only_retrieval,
+)
+from training.evaluation.scoring.similarity import all_lens_text_slots, label_text_slots, score_lens_slots
+from training.evaluation.scoring.zero_shot import zero_shot_systems
+from training.evaluation.systems.paper import add_paper_results, fine_tuned_scores
+from training.evaluation.systems.swap import add_harness_results
+from training.evaluation.types import FINE_TUNED, MAIN_SYSTEM, EncodedSplit
 
 log = logging.getLogger(__name__)
 
-MAIN_SYSTEM = "Lenses (lens-masked + global)"
-FINE_TUNED = "Global-only fine-tuned"
 ABLATION_TITLES = {
     "global": "Global only",
     "no_mask": "No-mask smooth Chamfer",
@@ -103,7 +106,7 @@ def evaluate_encoded(
 
     difficulty: IMP code per caption (0 easy, 1 medium, 2 hard, -1 none) for the per-difficulty
     metrics of every system (`results["imp"]`), or None to skip them. discarded: the AUPRC
-    negatives (None: shifted), see `training.evaluation.imp_discarded.imp_by_system`.
+    negatives (None: shifted), see `training.evaluation.imp.discarded.imp_by_system`.
     """
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -198,7 +201,7 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
 
 
 def write_outputs(results: dict[str, Any], out_dir: str | Path) -> dict[str, Path]:
-    from training.evaluation.reports import write_reports
+    from training.evaluation.tables.reports import write_reports
 
     return write_reports(results, out_dir)
 
@@ -226,7 +229,7 @@ def run_evaluation(cfg: EvalConfig) -> tuple[dict[str, Any], dict[str, Path]]:
         name = f"Zero-shot open_clip ({Path(oc.model_config_path).stem if oc.model_config_path else oc.model_name}, {weights})"
         extra[name] = open_clip_scores(clip_bundle, cfg, labels.image_paths, texts)
         open_clip_entry = (name, clip_bundle)
-    clip_systems, clip_meta = harness_systems(cfg, labels, texts)  # supp. Table 9's fine-tuned CLIP
+    clip_systems, clip_meta = clip_finetune_system(cfg, labels, texts)  # supp. Table 9's fine-tuned CLIP
     extra.update(clip_systems)
     zero_shot, unavailable = zero_shot_systems(cfg.baselines.zero_shot, labels.image_paths, texts)
     extra.update(zero_shot)  # the zero-shot rows of main Table 2, by their paper names

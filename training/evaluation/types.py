@@ -11,6 +11,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+# The names of the lens model's and the fine-tuned global-only baseline's rows in results["systems"];
+# the run writes them, the harnesses and the tables read them.
+MAIN_SYSTEM = "Lenses (lens-masked + global)"
+FINE_TUNED = "Global-only fine-tuned"
+
 
 @dataclass
 class SplitLabels:

@@ -27,7 +27,7 @@ class ExternalRejection:
 
 @dataclass
 class RetrievalSet:
-    """Images and captions for `training.evaluation.metrics.retrieval_metrics`."""
+    """Images and captions for `training.evaluation.metrics.retrieval.retrieval_metrics`."""
 
     image_paths: list[str]
     texts: list[str]

@@ -61,7 +61,7 @@ def smooth_chamfer(
 ) -> torch.Tensor:
     """Eq. 4 from the two sides' logsumexp sums: each side averaged over its partnered slots, the
     sum over `alpha * denominator`. The one place the formula is written (the evaluation's per-lens
-    scorer, `training.evaluation.scoring`, computes the sums another way and calls this too)."""
+    scorer, `training.evaluation.scoring.similarity`, computes the sums another way and calls this too)."""
     side_img = img_side_sum / img_partners.clamp(min=1)
     side_txt = txt_side_sum / txt_partners.clamp(min=1)
     return (side_img + side_txt) / (alpha * denominator)

@@ -18,7 +18,7 @@ from training.baselines.hf_zero_shot import hf_zero_shot_scores, load_hf_zero_sh
 from training.dryrun.dual_encoders import materialize_tiny_dual_encoder  # noqa: E402
 from training.evaluation.config import ZeroShotSection  # noqa: E402
 from training.evaluation.inputs import split_labels  # noqa: E402
-from training.evaluation.zero_shot import zero_shot_systems  # noqa: E402
+from training.evaluation.scoring.zero_shot import zero_shot_systems  # noqa: E402
 
 TEXTS = ["an astronaut in a white suit", "a cup of coffee", "a calm and curious mood on a quiet evening"]
 FAMILIES = sorted(DUAL_ENCODER_CLASSES)

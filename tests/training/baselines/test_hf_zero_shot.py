@@ -21,7 +21,7 @@ from training.baselines.hf_zero_shot import (  # noqa: E402
 from training.dryrun.zero_shot import materialize_tiny_blip2, materialize_tiny_hf_clip  # noqa: E402
 from training.evaluation.config import ZeroShotSection  # noqa: E402
 from training.evaluation.inputs import split_labels  # noqa: E402
-from training.evaluation.zero_shot import zero_shot_systems  # noqa: E402
+from training.evaluation.scoring.zero_shot import zero_shot_systems  # noqa: E402
 
 TEXTS = ["an astronaut in a white suit", "a cup of coffee on a saucer", "a calm and curious mood"]
 

@@ -9,7 +9,7 @@ import torch
 
 from training.baselines.global_only import global_scores
 from training.baselines.open_clip import encode_open_clip, load_open_clip
-from training.evaluation.metrics import retrieval_metrics
+from training.evaluation.metrics.retrieval import retrieval_metrics
 
 
 @pytest.fixture(scope="module")

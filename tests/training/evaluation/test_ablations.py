@@ -6,8 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from training.evaluation.ablations import no_mask_scores, similarity_ablation_scores, text_only_retrieval
-from training.evaluation.scoring import all_lens_text_slots
+from training.evaluation.scoring.ablations import (
+    no_mask_scores,
+    similarity_ablation_scores,
+    text_only_retrieval,
+)
+from training.evaluation.scoring.similarity import all_lens_text_slots
 from training.retriever.similarity import lens_similarity, no_match_floor
 
 

@@ -37,7 +37,7 @@ def _harness_results() -> dict:
     from training.baselines.global_only import global_scores
     from training.evaluation.config import EvalConfig
     from training.evaluation.run import evaluate_encoded
-    from training.evaluation.swap_runs import _per_system
+    from training.evaluation.systems.swap import _per_system
 
     from .test_evaluate import random_split
 
@@ -58,7 +58,7 @@ def _harness_results() -> dict:
 def test_harness_rows_of_the_trained_build_repeat_main_table2():
     """Supp. Tables 6-7 and main Table 6 read the lens model as Table 2 does (`lens_slot`): the
     paper's InternVL3.5-38B rows repeat Table 2's Lenses and fine-tuned BGE-VL-MLLM rows."""
-    from training.evaluation.paper_tables import paper_tables_markdown
+    from training.evaluation.tables.paper_tables import paper_tables_markdown
 
     results = _harness_results()
     report = "\n\n".join(paper_tables_markdown(results))
@@ -172,8 +172,8 @@ def test_harness_tables_through_lenses_evaluate(tiny_config, tiny_export, tmp_pa
 
 def _assert_global_row_is_the_global_model_on_swapped_captions(swap, global_ckpt, base, qwen) -> None:
     from training.evaluation.inputs import split_labels
-    from training.evaluation.metrics import retrieval_metrics
-    from training.evaluation.paper_runs import fine_tuned_scores
+    from training.evaluation.metrics.retrieval import retrieval_metrics
+    from training.evaluation.systems.paper import fine_tuned_scores
 
     labels, other = split_labels(str(base), SPLIT), split_labels(str(qwen), SPLIT)
     assert set(other.image_ids) == set(labels.image_ids)  # same images, so every Qwen caption is used

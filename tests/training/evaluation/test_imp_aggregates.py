@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from training.evaluation.imp_aggregates import (
+from training.evaluation.imp.aggregates import (
     auprc_over_models,
     clip_score,
     clipscore_by_difficulty,
@@ -107,7 +107,7 @@ def test_run_evaluation_reports_tables_2_and_11(tiny_export, tmp_path):
 
 
 def test_a_difficulty_table_without_cosines_leaves_table_11_unavailable(tmp_path):
-    from training.evaluation.imp_aggregates import add_imp_aggregates
+    from training.evaluation.imp.aggregates import add_imp_aggregates
 
     path = tmp_path / "difficulty.parquet"
     pd.DataFrame({"text_id": ["a"], "difficulty": ["easy"]}).to_parquet(path)

@@ -16,9 +16,9 @@ torch = pytest.importorskip("torch")
 from lenses_data import io  # noqa: E402
 from lenses_data.schemas import LensText, Rejection  # noqa: E402
 from training.evaluation.config import EvalConfig  # noqa: E402
-from training.evaluation.imp_discarded import lens_pair_scores, one_per_image, split_negative_columns  # noqa: E402
+from training.evaluation.imp.discarded import lens_pair_scores, one_per_image, split_negative_columns  # noqa: E402
 from training.evaluation.inputs import discarded_captions, split_labels  # noqa: E402
-from training.evaluation.scoring import all_lens_text_slots, score_lens_slots  # noqa: E402
+from training.evaluation.scoring.similarity import all_lens_text_slots, score_lens_slots  # noqa: E402
 
 from .test_evaluate import random_split  # noqa: E402
 
@@ -153,7 +153,7 @@ def test_every_imp_system_scores_the_same_images_discarded_captions(
     from lenses_app.cli import main
     from training.baselines.open_clip import encode_open_clip, load_open_clip
     from training.dryrun.zero_shot import materialize_tiny_blip2, materialize_tiny_hf_clip
-    from training.evaluation.imp_metrics import auprc
+    from training.evaluation.imp.metrics import auprc
 
     from .test_paper_tables import _train
 

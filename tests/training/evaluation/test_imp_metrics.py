@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from training.evaluation.imp_metrics import (
+from training.evaluation.imp.metrics import (
     EASY,
     HARD,
     MEDIUM,
@@ -20,7 +20,7 @@ from training.evaluation.imp_metrics import (
     shifted_negatives,
     vote_difficulty,
 )
-from training.evaluation.metrics import retrieval_metrics
+from training.evaluation.metrics.retrieval import retrieval_metrics
 
 
 def test_auprc_by_hand_and_against_sklearn():

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from training.evaluation.config import EvalConfig, ImpCalibrationSection
-from training.evaluation.imp_metrics import calibrate_threshold, imp_metrics, vote_difficulty
-from training.evaluation.imp_split import calibration_scores, read_calibration, write_imp_split
+from training.evaluation.imp.metrics import calibrate_threshold, imp_metrics, vote_difficulty
+from training.evaluation.imp.split import calibration_scores, read_calibration, write_imp_split
 
 TINY_ARCH = Path(__file__).resolve().parents[3] / "training" / "configs" / "eval-tiny-openclip.json"
 
@@ -141,7 +141,7 @@ def test_imp_split_command_then_evaluate_adds_per_difficulty_tables(tiny_export,
     from lenses_app.cli import main
     from tests.training.evaluation.test_evaluate import write_fake_encodings
     from training.evaluation.inputs import read_encodings
-    from training.evaluation.scoring import score_lens_slots
+    from training.evaluation.scoring.similarity import score_lens_slots
 
     labels = write_fake_encodings(tiny_export, "train", tmp_path / "enc")
     cal = _calibration(tiny_export, tmp_path / "cal.csv", labelled=False)

@@ -15,11 +15,11 @@ from training.baselines.hf_zero_shot import hf_zero_shot_scores, load_hf_zero_sh
 from training.baselines.lora_clip.metrics import figurative_metrics
 from training.baselines.open_clip import encode_open_clip, load_open_clip
 from training.evaluation.config import EvalConfig
-from training.evaluation.external_runs import external_benchmarks
-from training.evaluation.figurative import LORA_CLIP, ZERO_SHOT
+from training.evaluation.external.artemis_irfl import external_benchmarks
+from training.evaluation.external.irfl import LORA_CLIP, ZERO_SHOT
+from training.evaluation.external.irfl_fusion import ENSEMBLE, MLP
 from training.evaluation.inputs import open_clip_model
-from training.evaluation.irfl_fusion import ENSEMBLE, MLP
-from training.evaluation.reports import render_markdown
+from training.evaluation.tables.reports import render_markdown
 from training.external.irfl import read_irfl
 
 TINY_ARCH = Path(__file__).resolve().parents[3] / "training" / "configs" / "eval-tiny-openclip.json"

@@ -12,9 +12,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from training.evaluation.config import EvalConfig  # noqa: E402
-from training.evaluation.karpathy import karpathy_metrics  # noqa: E402
-from training.evaluation.paper_tables import paper_tables_markdown, supp_karpathy_table  # noqa: E402
+from training.evaluation.external.karpathy import karpathy_metrics  # noqa: E402
 from training.evaluation.run import MAIN_SYSTEM, evaluate_encoded  # noqa: E402
+from training.evaluation.tables.paper_tables import paper_tables_markdown, supp_karpathy_table  # noqa: E402
 from training.external.karpathy import KarpathySet  # noqa: E402
 
 from ..external.test_karpathy import write_coco  # noqa: E402
@@ -162,7 +162,7 @@ def test_lenses_evaluate_writes_supp_tables_1_and_2(tiny_config, tiny_export, tm
 
 
 def test_table5_openclip_row_from_the_artemis_entry_of_baselines_open_clip():
-    from training.evaluation.paper_tables import table5
+    from training.evaluation.tables.paper_tables import table5
 
     m = {f"all/{d}/R@{k}": float(k) for d in ("i2t", "t2i") for k in (1, 5, 10)}
     art = {"systems": {}, "unavailable": {}, "n_images": 2, "n_captions": 2, "n_rejected_rows": 0,
@@ -187,9 +187,9 @@ def test_table5_openclip_row_from_the_artemis_entry_of_baselines_open_clip():
 def test_lenses_rows_score_all_slots_and_the_literal_slot_only(tiny_retriever, tmp_path):
     """Lenses - All is Eq. 4 with the five text slots; Lenses - Literal is the same encodings
     with only the Literal text slot (main Sec. 4.2's one-lens score)."""
+    from training.evaluation.external.karpathy import LENSES_ALL, LENSES_LITERAL, _lens_model_scores
     from training.evaluation.inputs import encode_in_process
-    from training.evaluation.karpathy import LENSES_ALL, LENSES_LITERAL, _lens_model_scores
-    from training.evaluation.scoring import score_lens_slots, score_one_lens
+    from training.evaluation.scoring.similarity import score_lens_slots, score_one_lens
     from training.evaluation.types import SplitLabels
     from training.external.karpathy import read_karpathy
     from training.retriever.config import load_train_config

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from lenses_data.schemas import LENS_KEYS
-from training.evaluation.lens_slot import LensSlotMatrix, lens_slot_metrics, lens_slot_recall
-from training.evaluation.metrics import retrieval_metrics
-from training.evaluation.scoring import label_text_slots, score_lens_slots, score_one_lens
+from training.evaluation.metrics.lens_slot import LensSlotMatrix, lens_slot_metrics, lens_slot_recall
+from training.evaluation.metrics.retrieval import retrieval_metrics
+from training.evaluation.scoring.similarity import label_text_slots, score_lens_slots, score_one_lens
 
 from .test_metrics import _ranked, _recall, assert_same, reference_macro
 

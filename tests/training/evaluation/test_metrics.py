@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lenses_data.schemas import LENS_KEYS
-from training.evaluation.metrics import retrieval_metrics
+from training.evaluation.metrics.retrieval import retrieval_metrics
 
 
 def _ranked(scores, items):
@@ -240,7 +240,7 @@ def test_partial_coverage_and_bad_input():
 
 
 def test_grouped_metrics_match_reference():
-    from training.evaluation.metrics import grouped_retrieval_metrics
+    from training.evaluation.metrics.retrieval import grouped_retrieval_metrics
 
     rng = np.random.default_rng(7)
     q_group = rng.integers(0, 9, size=31)  # several queries per group; group 8 may lack positives

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from training.evaluation.routing import fallback_rates, routing_matrix
-from training.evaluation.scoring import all_lens_text_slots, label_text_slots, score_lens_slots
+from training.evaluation.metrics.routing import fallback_rates, routing_matrix
+from training.evaluation.scoring.similarity import all_lens_text_slots, label_text_slots, score_lens_slots
 from training.retriever.similarity import lens_similarity_with_details
 
 

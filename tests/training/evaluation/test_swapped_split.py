@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from training.evaluation.config import EvalConfig
-from training.evaluation.swapped_split import swap_texts
+from training.evaluation.systems.swapped_split import swap_texts
 from training.evaluation.types import SplitLabels
 
 
@@ -80,7 +80,7 @@ def test_swap_errors():
 
 
 def test_harness_tables_say_what_to_configure_when_not_run():
-    from training.evaluation.harnesses import harness_tables
+    from training.evaluation.tables.harness_tables import harness_tables
 
     main = {"all/i2t/R@1": 12.5, "macro/i2t/R@1": 7.0}
     tables = "\n".join(harness_tables({"systems": {"lens_gallery": {"Lenses (lens-masked + global)": main}}}))
@@ -92,8 +92,8 @@ def test_harness_tables_say_what_to_configure_when_not_run():
 
 def test_swapped_rows_are_unavailable_without_a_model_to_encode_with():
     """Only encodings of the lens model (no checkpoint): other builds' texts cannot be encoded."""
-    from training.evaluation.harnesses import harness_tables
-    from training.evaluation.swap_runs import FINE_TUNED, MAIN, swap_results
+    from training.evaluation.systems.swap import FINE_TUNED, MAIN, swap_results
+    from training.evaluation.tables.harness_tables import harness_tables
 
     main = {"macro/i2t/R@1": 40.0, "literal/i2t/R@1": 30.0, "all/t2i/R@5": 70.0}
     results = {"systems": {"lens_gallery": {MAIN: main}}}

@@ -214,7 +214,7 @@ def test_alpha_and_denominator_are_written_once():
     from pathlib import Path
 
     from training.evaluation.config import ScoringSection
-    from training.evaluation.scoring import score_lens_slots
+    from training.evaluation.scoring.similarity import score_lens_slots
     from training.retriever.config import SMOOTH_CHAMFER_ALPHA, SMOOTH_CHAMFER_DENOMINATOR, LossConfig
 
     training = Path(__file__).resolve().parents[3] / "training"

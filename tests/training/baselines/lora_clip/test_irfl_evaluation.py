@@ -11,10 +11,10 @@ from training.baselines.lora_clip.metrics import figurative_metrics
 from training.baselines.lora_clip.model import load_lora_clip
 from training.baselines.lora_clip.train import train_lora_clip
 from training.evaluation.config import EvalConfig
-from training.evaluation.external_runs import external_benchmarks as _external
-from training.evaluation.figurative import LORA_CLIP, UNAVAILABLE, ZERO_SHOT, merge_tasks
+from training.evaluation.external.artemis_irfl import external_benchmarks as _external
+from training.evaluation.external.irfl import LORA_CLIP, UNAVAILABLE, ZERO_SHOT, merge_tasks
 from training.evaluation.inputs import open_clip_model, open_clip_scores
-from training.evaluation.reports import render_markdown
+from training.evaluation.tables.reports import render_markdown
 from training.external.irfl import read_irfl
 
 

@@ -5,8 +5,8 @@ Tables 2, 4 and 6 (recall overall and per lens under the `lens_gallery`/`full_ga
 protocols, macro R@K over lenses, RSUM, LensCoverage/AllLenses/Lens DCG/Caption DCG at 10)
 and the polysemy metrics of the IMP paper (meanR and medR of the best positive and of all
 positives, mAP@R). One sweep over blocks of image rows produces everything; see
-`training.evaluation.ranking` for the kernels and docs/evaluation.md for the definitions. The
-main paper's lens-slot protocol needs slot-level scores: `training.evaluation.lens_slot`.
+`training.evaluation.metrics.ranking` for the kernels and docs/evaluation.md for the definitions. The
+main paper's lens-slot protocol needs slot-level scores: `training.evaluation.metrics.lens_slot`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Literal
 import numpy as np
 
 from lenses_data.schemas import LENS_KEYS
-from training.evaluation.ranking import (
+from training.evaluation.metrics.ranking import (
     Positives,
     all_positive_ranks,
     best_positive,
@@ -28,7 +28,7 @@ from training.evaluation.ranking import (
     rows_per_chunk,
     topk_indices,
 )
-from training.evaluation.topk import DiversityAccumulator, average_precision_at_r
+from training.evaluation.metrics.topk import DiversityAccumulator, average_precision_at_r
 
 N_LENSES = len(LENS_KEYS)
 RSUM_KS = (1, 5, 10)

@@ -1,4 +1,5 @@
-"""Frozen models re-scored on swapped splits: the engine of `backbone_scaling` and `generator_swap`.
+"""Frozen models re-scored on swapped splits: the results of `backbone_scaling` (main Table 6,
+supp. Table 7: other image-side prompts) and `generator_swap` (supp. Table 6: other captions).
 
 The papers train the lens model (and the fine-tuned global-only baseline) once, on the build
 whose captions and prompts came from InternVL3.5-38B, and then only change which generator
@@ -14,15 +15,12 @@ from collections.abc import Callable
 from typing import Any
 
 from training.evaluation.config import EvalConfig, SwapSection
-from training.evaluation.swapped_split import SwappedPart, swap_texts
-from training.evaluation.types import SplitLabels
+from training.evaluation.systems.swapped_split import SwappedPart, swap_texts
+from training.evaluation.types import FINE_TUNED, SplitLabels
+from training.evaluation.types import MAIN_SYSTEM as MAIN
 
 log = logging.getLogger(__name__)
 
-# The system names of training.evaluation.run (MAIN_SYSTEM and the global-only row); run imports
-# this module, so they are repeated here as paper_tables repeats them.
-MAIN = "Lenses (lens-masked + global)"
-FINE_TUNED = "Global-only fine-tuned"
 
 NO_GLOBAL_CHECKPOINT = "baselines.global_only_checkpoint not set (encodings of the evaluated captions cannot score other captions)"
 
@@ -48,7 +46,7 @@ class SwapModels:
     (one instance serves both harnesses of a run)."""
 
     def __init__(self, cfg: EvalConfig, source: dict) -> None:
-        from training.evaluation.paper_runs import lens_model_loader
+        from training.evaluation.systems.paper import lens_model_loader
 
         self._lens_loader, self.lens_reason = lens_model_loader(cfg, source)
         self._global_ckpt = cfg.baselines.global_only_checkpoint
@@ -63,7 +61,7 @@ class SwapModels:
     @property
     def global_only(self):
         if self._global is None and self._global_ckpt:
-            from training.evaluation.paper_runs import checkpoint_bundle
+            from training.evaluation.systems.paper import checkpoint_bundle
 
             self._global = checkpoint_bundle(self._global_ckpt)
         return self._global
@@ -73,7 +71,7 @@ def _score_swapped(
     swapped: SplitLabels, models: SwapModels, cfg: EvalConfig, evaluate: Callable, with_global: bool
 ) -> dict[str, dict[str, dict]]:
     from training.evaluation.inputs import encode_in_process
-    from training.evaluation.zero_shot import global_mode_scores
+    from training.evaluation.scoring.zero_shot import global_mode_scores
 
     enc = encode_in_process(*models.lens, swapped)
     extra = {}
@@ -120,3 +118,20 @@ def swap_results(
     if with_global and not cfg.baselines.global_only_checkpoint:
         out["unavailable"][FINE_TUNED] = NO_GLOBAL_CHECKPOINT
     return out
+
+
+def add_harness_results(
+    results: dict[str, Any], cfg: EvalConfig, labels: SplitLabels, source: dict, evaluate: Callable
+) -> None:
+    """Adds `backbone_scaling` (each configured build's prompts) and `generator_swap` (each build's
+    captions, the global-only baseline re-scored too) when the config lists builds for them; their
+    tables are `training.evaluation.tables.harness_tables`."""
+    models = SwapModels(cfg, source)  # loads nothing until a swapped split needs it
+    if cfg.backbone_scaling:
+        results["backbone_scaling"] = swap_results(
+            cfg, labels, results, source, evaluate, cfg.backbone_scaling, "prompts", False, models
+        )
+    if cfg.generator_swap:
+        results["generator_swap"] = swap_results(
+            cfg, labels, results, source, evaluate, cfg.generator_swap, "captions", True, models
+        )

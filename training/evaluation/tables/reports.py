@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 
 from lenses_data.schemas import LENS_KEYS, LENS_NAMES
-from training.evaluation.imp_aggregates import imp_aggregates_markdown
-from training.evaluation.markdown import fmt as _fmt
-from training.evaluation.markdown import table as _table
-from training.evaluation.paper_tables import paper_tables_markdown
+from training.evaluation.imp.aggregates import imp_aggregates_markdown
+from training.evaluation.tables.markdown import fmt as _fmt
+from training.evaluation.tables.markdown import table as _table
+from training.evaluation.tables.paper_tables import paper_tables_markdown
 
 PROTOCOL_TITLES = {
     "lens_slot": "lens-specific slot retrieval, lens-c slots only, I→T gallery per `metrics.lens_slot_gallery` "
@@ -209,7 +209,7 @@ def render_markdown(results: dict[str, Any]) -> str:
     for name, values in results.get("external", {}).items():
         parts += [f"## External benchmark: {name}", flat_markdown("metric", values)]
     if results.get("irfl"):
-        from training.evaluation.figurative import irfl_table_markdown
+        from training.evaluation.external.irfl import irfl_table_markdown
 
         parts += [
             f"## IRFL figurative detection, {results['irfl']['n_rows']} rows (seed 004 Table 3 layout; "
@@ -218,7 +218,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             irfl_table_markdown(results["irfl"]),
         ]
         if results["irfl"].get("fusion", {}).get("grid"):  # seed 004 Table 2
-            from training.evaluation.irfl_fusion import fusion_grid_markdown
+            from training.evaluation.external.irfl_fusion import fusion_grid_markdown
 
             parts += ["## Seed 004 Table 2: ensemble weights by validation accuracy (best 10)",
                       fusion_grid_markdown(results["irfl"]["fusion"])]  # fmt: skip

@@ -11,9 +11,9 @@ sums are computed here: the formula over them, the global fallback and the no-ma
 `training.retriever.similarity`'s (`smooth_chamfer`, `with_global_fallback`, `no_match_floor`).
 
 `score_one_lens` is the same score with a single lens taking part (image c-slots against the
-text c-slot), the scores of the lens-slot protocol (`training.evaluation.lens_slot`).
+text c-slot), the scores of the lens-slot protocol (`training.evaluation.metrics.lens_slot`).
 
-Fallback rates and the routing matrix (which slot wins) are in `training.evaluation.routing`.
+Fallback rates and the routing matrix (which slot wins) are in `training.evaluation.metrics.routing`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from training.evaluation.metrics import N_LENSES
+from training.evaluation.metrics.retrieval import N_LENSES
 from training.retriever.config import SMOOTH_CHAMFER_ALPHA, SMOOTH_CHAMFER_DENOMINATOR
 from training.retriever.lenses import INACTIVE
 from training.retriever.similarity import no_match_floor, smooth_chamfer, with_global_fallback

@@ -1,6 +1,6 @@
 """The external benchmarks run beside the Lenses split: ArtEmis retrieval and IRFL detection (seed 004).
 
-Split out of `training.evaluation.run`; only prompt-free scorers (zero-shot open_clip, LoRA-CLIP) run here.
+Only prompt-free scorers (zero-shot open_clip, LoRA-CLIP) run here; `run` calls it, IRFL's own rows are `irfl`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 from training.baselines.lora_clip.metrics import figurative_metrics
 from training.evaluation.config import EvalConfig
 from training.evaluation.inputs import open_clip_scores
-from training.evaluation.metrics import retrieval_metrics
+from training.evaluation.metrics.retrieval import retrieval_metrics
 
 
 def external_benchmarks(
@@ -45,14 +45,14 @@ def external_benchmarks(
 
 def irfl_benchmark(cfg: EvalConfig, clip_bundle) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """(per CSV: zero-shot open_clip metrics, seed 004's IRFL table of every system over all CSVs)."""
-    from training.evaluation.figurative import (
+    from training.evaluation.external.irfl import (
         LORA_CLIP,
         ZERO_SHOT,
         irfl_table,
         lora_clip_scores,
         read_irfl_items,
     )
-    from training.evaluation.irfl_fusion import irfl_extra_systems
+    from training.evaluation.external.irfl_fusion import irfl_extra_systems
 
     task, per_item = read_irfl_items(cfg.external.irfl)
     zero_shot = open_clip_scores(clip_bundle, cfg, task.image_paths, task.phrases).T  # [n_phrases, n_images]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from training.evaluation.ranking import topk_indices
+from training.evaluation.metrics.ranking import topk_indices
 
 DIVERSITY_K = 10
 

@@ -21,7 +21,7 @@ import pandas as pd
 import torch
 
 from training.evaluation.config import EvalConfig, ImpCalibrationSection, ImpModelSection, ImpSection
-from training.evaluation.imp_metrics import DIFFICULTIES, UNLABELLED, calibrate_threshold, vote_difficulty
+from training.evaluation.imp.metrics import DIFFICULTIES, UNLABELLED, calibrate_threshold, vote_difficulty
 from training.evaluation.types import SplitLabels
 
 log = logging.getLogger(__name__)

@@ -3,21 +3,19 @@ supplementary Tables 3 and 5). A row the run did not produce is kept and marked:
 (the code cannot produce it, with the reason) or "not run" (what to configure for it).
 
 Reads only the results dict of `training.evaluation.run`; the generic per-protocol tables stay in
-`training.evaluation.reports`, which appends these.
+`training.evaluation.tables.reports`, which appends these.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from training.evaluation.harnesses import harness_tables
-from training.evaluation.markdown import fmt as _fmt
-from training.evaluation.markdown import table as _table
-
-LENS_COLS = (("Literal", "literal"), ("Figurative", "figurative"), ("Abstract", "abstract"),
-             ("Background", "background"), ("Emotional", "emotional"), ("All", "all"))  # fmt: skip
-MAIN = "Lenses (lens-masked + global)"  # training.evaluation.run.MAIN_SYSTEM
-FINE_TUNED = "Global-only fine-tuned"
+from training.evaluation.tables.harness_tables import harness_tables
+from training.evaluation.tables.markdown import LENS_COLS, table_row
+from training.evaluation.tables.markdown import fmt as _fmt
+from training.evaluation.tables.markdown import table as _table
+from training.evaluation.types import FINE_TUNED
+from training.evaluation.types import MAIN_SYSTEM as MAIN
 
 # Rows no configuration can fill, with the reason (docs/evaluation.md lists them).
 NO_ADAPTER = {
@@ -29,12 +27,6 @@ NO_ADAPTER = {
 TABLE2_ZERO_SHOT = ("BLIP-2", "CLIP", "CoCa", "OpenCLIP", "Jina-v4", "BGE-VL-Large", "BGE-VL-MLLM")
 TABLE5_ZERO_SHOT = ("BLIP-2", "BGE-VL-Large", "CLIP", "CoCa", "Jina-v4", "Onepiece", "OpenCLIP", "SigLIP-2")
 TABLE5_FINE_TUNED = ("BGE-VL-MLLM (fine-tuned)", "Lenses - All", "Lenses - Literal", "Lenses - Emotional")
-
-
-def _row(label: str, metrics: dict | None, keys: list[str], note: str, digits: int = 2) -> list[str]:
-    if metrics is None:
-        return [label, *("—" for _ in keys), note]
-    return [label, *(_fmt(metrics.get(k), digits) for k in keys), note]
 
 
 def _block(title: str, width: int) -> list[str]:
@@ -85,19 +77,21 @@ def table2(results: dict) -> str:
     rows = [_block("Zero-shot", len(keys) + 1)]
     for r in TABLE2_ZERO_SHOT:
         m, note = _zero_shot_note(results, r, systems)
-        rows.append(_row(r, m, keys, from_open_clip.get(r, note) if m is not None else note))
+        rows.append(table_row(r, m, keys, from_open_clip.get(r, note) if m is not None else note))
     rows.append(_block("Fine-Tune", len(keys) + 1))
-    rows.append(_row("BGE-VL-MLLM", systems.get(FINE_TUNED), keys,
-                     "" if FINE_TUNED in systems else "not run: baselines.global_only_encodings or global_only_checkpoint not set"))  # fmt: skip
+    rows.append(table_row("BGE-VL-MLLM", systems.get(FINE_TUNED), keys,
+                          "" if FINE_TUNED in systems else "not run: baselines.global_only_encodings or global_only_checkpoint not set"))  # fmt: skip
     m, note = _lens_model(results, _main_by_protocol(results))
-    rows.append(_row("Lenses", m, keys, note))
+    rows.append(table_row("Lenses", m, keys, note))
     if note.startswith("`lens_slot`"):  # beside it: the full score on the same galleries, as the baselines
-        rows.append(_row("Lenses, full score", systems.get(MAIN), keys, f"`{protocol}`, not a paper row"))
+        rows.append(
+            table_row("Lenses, full score", systems.get(MAIN), keys, f"`{protocol}`, not a paper row")
+        )
     for role, label in (("lenses_literal", "Lenses - Literal"), ("lenses_emotional", "Lenses - Emotional")):
         v = results.get("variants", {}).get(role)
         if v is not None:
             m, note = _lens_model(results, v)
-            rows.append(_row(label, m, keys, f"variant, {note}"))
+            rows.append(table_row(label, m, keys, f"variant, {note}"))
     title = (
         "## Main Table 2 (paper rows), R@K (%) — per lens c, I→T ranks the lens-c captions only "
         f"(main Sec. 4.2); lens models by their lens-c slots (`lens_slot`), the others by their score (`{protocol}`); "
@@ -124,10 +118,10 @@ def table4(results: dict) -> str:
     _, systems = _gallery(results)
     keys = ["LC@10", "All@10", "LensDCG@10", "CaptionDCG@10"]
     zs, note = _zero_shot_note(results, "BGE-VL-MLLM", systems)
-    rows = [_row("BGE-VL-MLLM", zs, keys, note, 1),
-            _row("BGE-VL-MLLM (Fine-Tune)", systems.get(FINE_TUNED), keys,
-                 "" if FINE_TUNED in systems else "not run: baselines.global_only_encodings or global_only_checkpoint not set", 1),
-            _row("Lenses", systems.get(MAIN), keys, "", 1)]  # fmt: skip
+    rows = [table_row("BGE-VL-MLLM", zs, keys, note, 1),
+            table_row("BGE-VL-MLLM (Fine-Tune)", systems.get(FINE_TUNED), keys,
+                      "" if FINE_TUNED in systems else "not run: baselines.global_only_encodings or global_only_checkpoint not set", 1),
+            table_row("Lenses", systems.get(MAIN), keys, "", 1)]  # fmt: skip
     header = ["Method", "LC@10", "All@10", "Lens DCG@10", "Caption DCG@10", "Note"]
     return f"## Main Table 4, lens-aware retrieval metrics\n\n{_table(header, rows)}"
 
@@ -145,10 +139,12 @@ def table5(results: dict) -> str:
     rows = [_block("Zero-shot", len(keys) + 1)]
     for r in TABLE5_ZERO_SHOT:
         m, note = _zero_shot_note({"zero_shot": {"unavailable": unavailable}}, r, systems)
-        rows.append(_row(r, m, keys, from_open_clip.get(r, note) if m is not None else note))
+        rows.append(table_row(r, m, keys, from_open_clip.get(r, note) if m is not None else note))
     rows.append(_block("Fine-tuned on Lenses", len(keys) + 1))
     for r in TABLE5_FINE_TUNED:
-        rows.append(_row(r, systems.get(r), keys, f"not run: {unavailable[r]}" if r in unavailable else ""))
+        rows.append(
+            table_row(r, systems.get(r), keys, f"not run: {unavailable[r]}" if r in unavailable else "")
+        )
     sizes = (f"{art['n_images']} images, {art['n_captions']} captions, {art['n_rejected_rows']} rows rejected; "
              f"{art['n_images_with_prompts']} images with image-side prompts")  # fmt: skip
     return f"{title}\n\n{sizes}\n\n{_table(header, rows)}"
@@ -168,7 +164,7 @@ def supp_table3(results: dict) -> str:
             if key in ab
             else results.get("ablation_notes", {}).get(key, "not run: baselines.similarity_ablations off")
         )
-        rows.append(_row(label, ab.get(key), keys, note, 1))
+        rows.append(table_row(label, ab.get(key), keys, note, 1))
     header = ["Similarity variant", "I→T R@1", "I→T R@5", "T→I R@1", "T→I R@5", "Note"]
     return f"## Supp. Table 3, similarity ablation on fixed embeddings\n\n{_table(header, rows)}"
 
@@ -185,11 +181,11 @@ def supp_table5(results: dict) -> str:
     rows = []
     for label, role in (("z=0 (Token-Only)", "density_z0"), ("z=1 (Top-1 Prompt)", "density_z1")):
         m, note = _lens_model(results, variants.get(role))
-        rows.append(_row(label, m, keys, note if m else f"not run: variants entry with role {role}"))
+        rows.append(table_row(label, m, keys, note if m else f"not run: variants entry with role {role}"))
     m, note = _lens_model(results, _main_by_protocol(results))
-    rows.append(_row("z>1 (All-Prompts)", m, keys, note))
+    rows.append(table_row("z>1 (All-Prompts)", m, keys, note))
     if note.startswith("`lens_slot`"):
-        rows.append(_row("z>1, full score", systems.get(MAIN), keys, f"`{protocol}`, not a paper row"))
+        rows.append(table_row("z>1, full score", systems.get(MAIN), keys, f"`{protocol}`, not a paper row"))
     title = "## Supp. Table 5, prompt density — the protocol of main Table 2 (its z>1 row is Table 2's Lenses row)"
     return f"{title}\n\n{_table(header, rows)}"
 
@@ -207,9 +203,11 @@ def paper_tables_markdown(results: dict[str, Any]) -> list[str]:
     ]  # fmt: skip
 
 
-# --- baselines.open_clip in its paper row; supp. Tables 1-2 (training/evaluation/karpathy.py) ---
+# --- baselines.open_clip in its paper row; supp. Tables 1-2 (training/evaluation/external/karpathy.py) ---
 
-ARTEMIS_OPEN_CLIP = "ArtEmis (zero-shot open_clip)"  # training.evaluation.external_runs.external_benchmarks
+ARTEMIS_OPEN_CLIP = (
+    "ArtEmis (zero-shot open_clip)"  # training.evaluation.external.artemis_irfl.external_benchmarks
+)
 KARPATHY_ROWS = ("OpenAI CLIP-B/16", "Open CLIP-B/16", "EVA-02-CLIP-B/16", "OpenAI CLIP-L/14", "Open CLIP-L/14",
                  "EVA-02-CLIP-L/14", "MagicLens-B", "MagicLens-L", "VLM2Vec", "BGE-VL-MLLM")  # fmt: skip
 KARPATHY_LENSES = ("Lenses - All", "Lenses - Literal")
@@ -261,17 +259,19 @@ def supp_karpathy_table(results: dict, dataset: str) -> str:
     rows = [_block("Zero-shot", len(keys) + 1)]
     for r in KARPATHY_ROWS:
         m, note = _zero_shot_note(unavailable, r, systems)
-        rows.append(_row(r, m, keys, note))
+        rows.append(table_row(r, m, keys, note))
     for r in KARPATHY_LENSES:
         rows.append(
-            _row(r, systems.get(r), keys, f"unavailable: {res['unavailable'][r]}" if r not in systems else "")
+            table_row(
+                r, systems.get(r), keys, f"unavailable: {res['unavailable'][r]}" if r not in systems else ""
+            )
         )
     extra = [r for r in [*systems, *res["unavailable"]] if r not in KARPATHY_ROWS + KARPATHY_LENSES]
     if extra:  # configured systems without a paper row, also those that could not run
         rows.append(_block("Other configured systems", len(keys) + 1))
         for r in extra:
             m, note = _zero_shot_note(unavailable, r, systems)
-            rows.append(_row(r, m, keys, note))
+            rows.append(table_row(r, m, keys, note))
     sizes = (f"{res['n_images']} images, {res['n_captions']} captions ({res['split']} split of {res['file']}); "
              f"{res['n_rejected']} entries rejected, {res['n_captions_beyond_limit']} captions beyond the "
              f"per-image limit left out; {res['n_images_with_prompts']} images with image-side prompts")  # fmt: skip

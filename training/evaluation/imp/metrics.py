@@ -24,19 +24,19 @@ from typing import Any
 
 import numpy as np
 
-from training.evaluation.metrics import (
-    DEFAULT_CHUNK_BYTES,
-    check_ks,
-    grouped_retrieval_metrics,
-    rank_summary,
-    recall_from_ranks,
-)
-from training.evaluation.ranking import (
+from training.evaluation.metrics.ranking import (
     count_ahead,
     gather_pairs,
     matrix_shape,
     rows_per_chunk,
     to_numpy_block,
+)
+from training.evaluation.metrics.retrieval import (
+    DEFAULT_CHUNK_BYTES,
+    check_ks,
+    grouped_retrieval_metrics,
+    rank_summary,
+    recall_from_ranks,
 )
 
 DIFFICULTIES: tuple[str, ...] = ("easy", "medium", "hard")

@@ -21,7 +21,7 @@ import numpy as np
 
 from training.evaluation.config import EvalConfig
 from training.evaluation.external_config import KarpathySection
-from training.evaluation.metrics import retrieval_metrics
+from training.evaluation.metrics.retrieval import retrieval_metrics
 from training.evaluation.types import SplitLabels
 from training.external.karpathy import KarpathySet, read_karpathy
 
@@ -75,7 +75,7 @@ def _lens_model_scores(bundle, ds: KarpathySet, prompt_sets, cfg: EvalConfig) ->
     """{Lenses - All, Lenses - Literal}: one encoding pass, scored with all / only the Literal text slot."""
     from lenses_data.schemas import LENS_NAMES
     from training.evaluation.inputs import encode_in_process
-    from training.evaluation.scoring import all_lens_text_slots, label_text_slots, score_lens_slots
+    from training.evaluation.scoring.similarity import all_lens_text_slots, label_text_slots, score_lens_slots
 
     retriever, processor, data_cfg = bundle
     labels = SplitLabels(
@@ -104,8 +104,8 @@ def _systems(
 ) -> Iterator[tuple[str, np.ndarray]]:  # fmt: skip
     """(row, score matrix) of every system, one at a time: a 5k x 25k matrix is 0.5 GB, so each is
     reduced to its metrics before the next is computed. Rows that cannot run go to `unavailable`."""
-    from training.evaluation.paper_runs import ARTEMIS_LENSES, _lens_models
-    from training.evaluation.zero_shot import zero_shot_systems
+    from training.evaluation.scoring.zero_shot import zero_shot_systems
+    from training.evaluation.systems.paper import ARTEMIS_LENSES, _lens_models
 
     for entry in cfg.baselines.zero_shot:
         scores, reasons = zero_shot_systems([entry], ds.image_paths, ds.texts)

@@ -1,7 +1,7 @@
 """Ablations of the lens model on its own fixed embeddings: the similarity variants of
 supplementary Table 3 and text-only prompt<->caption retrieval (main Table 3b).
 
-Every scorer returns a float32 numpy [n_images, n_texts] matrix for `training.evaluation.metrics`.
+Every scorer returns a float32 numpy [n_images, n_texts] matrix for `training.evaluation.metrics.retrieval`.
 Other systems (zero-shot open_clip, the global-only fine-tuned model) are in `training.baselines`.
 """
 
@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from training.baselines.global_only import global_scores
-from training.evaluation.metrics import grouped_retrieval_metrics
-from training.evaluation.scoring import all_lens_text_slots, score_lens_slots, text_active
+from training.evaluation.metrics.retrieval import grouped_retrieval_metrics
+from training.evaluation.scoring.similarity import all_lens_text_slots, score_lens_slots, text_active
 from training.retriever.config import SMOOTH_CHAMFER_ALPHA, SMOOTH_CHAMFER_DENOMINATOR
 from training.retriever.similarity import smooth_chamfer, with_global_fallback
 

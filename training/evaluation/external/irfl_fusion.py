@@ -54,7 +54,7 @@ def fusion_scores(
 ) -> tuple[dict[str, np.ndarray], dict[str, str], dict[str, Any]]:
     """(scores, reasons, meta) of the ensemble and MLP rows on `task` (section: IrflFusionSection)."""
     from training.baselines.open_clip import load_open_clip
-    from training.evaluation.figurative import read_irfl_items
+    from training.evaluation.external.irfl import read_irfl_items
 
     if not section.members:
         why = "not run: baselines.irfl_fusion.members lists no CLIP variants"
@@ -97,7 +97,7 @@ def fusion_scores(
 
 
 def _mlp(section, bundles: list, valid: tuple[DetectionTask, Embeddings], task: DetectionTask):
-    from training.evaluation.figurative import read_irfl_items
+    from training.evaluation.external.irfl import read_irfl_items
 
     train = read_irfl_items(section.train)[0]
     train_emb = _embed(bundles, train, section.batch_size)
@@ -115,7 +115,7 @@ def _mlp(section, bundles: list, valid: tuple[DetectionTask, Embeddings], task: 
 @torch.no_grad()
 def zero_shot_irfl_scores(entries, task: DetectionTask) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """({"<row> (zero-shot)": [P, I] scores}, reasons) of the `baselines.zero_shot` entries on IRFL."""
-    from training.evaluation.zero_shot import zero_shot_systems
+    from training.evaluation.scoring.zero_shot import zero_shot_systems
 
     scores, unavailable = zero_shot_systems(entries, task.image_paths, task.phrases)  # [I, P] each
     name = "{} (zero-shot)".format
@@ -133,7 +133,7 @@ def irfl_extra_systems(
 
 def fusion_grid_markdown(fusion: dict[str, Any], top: int = 10) -> str:
     """Seed 004 Table 2's layout: weight configurations and their validation accuracy, best first."""
-    from training.evaluation.markdown import table
+    from training.evaluation.tables.markdown import table
 
     grid = sorted(fusion.get("grid", []), key=lambda g: -g["valid_accuracy"])[:top]
     header = [*fusion["members"], "valid accuracy (%)"]

@@ -28,9 +28,9 @@ import numpy as np
 import torch
 
 from training.evaluation.config import EvalConfig
-from training.evaluation.imp_metrics import imp_metrics, imp_negatives
-from training.evaluation.scoring import all_lens_text_slots, label_text_slots, score_lens_slots
-from training.evaluation.types import DiscardedTexts, EncodedSplit, SplitLabels
+from training.evaluation.imp.metrics import imp_metrics, imp_negatives
+from training.evaluation.scoring.similarity import all_lens_text_slots, label_text_slots, score_lens_slots
+from training.evaluation.types import MAIN_SYSTEM, DiscardedTexts, EncodedSplit, SplitLabels
 
 log = logging.getLogger(__name__)
 PAIR_CHUNK = 256
@@ -168,8 +168,7 @@ def run_negatives(
     the lens model (`training.evaluation.run.MAIN_SYSTEM`) is scored here. Without `chosen`
     (no imp, or imp.negatives: shifted) the matrices pass through and there are no negatives.
     """
-    from training.evaluation.paper_runs import lens_model_loader
-    from training.evaluation.swap_runs import MAIN
+    from training.evaluation.systems.paper import lens_model_loader
 
     systems, pairs = split_negative_columns(systems, len(labels.captions), chosen)
     if chosen is None:
@@ -177,9 +176,9 @@ def run_negatives(
     fell_back = {n: cannot.get(n, "scored without the discarded captions") for n in systems if n not in pairs}
     loader, reason = lens_model_loader(cfg, source) if chosen.texts else (None, "")
     if loader is not None:
-        pairs[MAIN] = _lens_model(cfg, enc, chosen, loader())
+        pairs[MAIN_SYSTEM] = _lens_model(cfg, enc, chosen, loader())
     elif chosen.texts:
-        fell_back[MAIN] = reason
+        fell_back[MAIN_SYSTEM] = reason
     log.info("IMP negatives: %s; scored by %s", chosen.note, sorted(pairs))
     meta = {"source": chosen.note, "scored_by": sorted(pairs), "fell_back": fell_back,
             "n_images_with_discarded": len(chosen.texts),

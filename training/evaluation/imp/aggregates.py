@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from training.evaluation.imp_metrics import DIFFICULTIES
+from training.evaluation.imp.metrics import DIFFICULTIES
 
 CLIPSCORE_WEIGHT = 1.0  # the seed's scale (cosine); Hessel et al.'s CLIPScore uses 2.5
 GROUPS = ("full", *DIFFICULTIES)
@@ -108,7 +108,7 @@ def _pm(stats: dict[str, float], digits: int) -> str:
 
 def imp_aggregates_markdown(results: dict) -> list[str]:
     """report.md sections for IMP Tables 2 and 11 (empty when the run has neither)."""
-    from training.evaluation.markdown import table
+    from training.evaluation.tables.markdown import table
 
     parts: list[str] = []
     t2 = results.get("imp_table2")

@@ -17,10 +17,14 @@ import torch
 
 from training.evaluation.config import EvalConfig, VariantSection
 from training.evaluation.inputs import encode_in_process, read_encodings, retriever_from_train_config
-from training.evaluation.metrics import retrieval_metrics
-from training.evaluation.scoring import all_lens_text_slots, score_lens_slots
+from training.evaluation.metrics.retrieval import retrieval_metrics
+from training.evaluation.scoring.similarity import all_lens_text_slots, score_lens_slots
+from training.evaluation.scoring.zero_shot import (
+    global_mode_scores,
+    image_globals_without_prompts,
+    zero_shot_systems,
+)
 from training.evaluation.types import EncodedSplit, SplitLabels
-from training.evaluation.zero_shot import global_mode_scores, image_globals_without_prompts, zero_shot_systems
 
 log = logging.getLogger(__name__)
 

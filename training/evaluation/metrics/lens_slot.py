@@ -4,7 +4,7 @@
 text representations whose c-slot is active. We then compute image-to-text and text-to-image
 R@k for each of the five lenses." Here, for lens c:
 
-- scores: Eq. 4 with lens c the only lens taking part (`training.evaluation.scoring.score_one_lens`):
+- scores: Eq. 4 with lens c the only lens taking part (`training.evaluation.scoring.similarity.score_one_lens`):
   the image's c-slots against the caption's c-slot; an image without a c-slot falls back to
   the global cosine when `fallback` is on (as Eq. 4 does for pairs without a shared lens, and
   as main Table 6 states: "slot-masked similarity with global fallback");
@@ -32,7 +32,15 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from training.evaluation.metrics import (
+from training.evaluation.metrics.ranking import (
+    Positives,
+    best_positive,
+    count_ahead,
+    matrix_shape,
+    rows_per_chunk,
+    to_numpy_block,
+)
+from training.evaluation.metrics.retrieval import (
     DEFAULT_CHUNK_BYTES,
     LENS_KEYS,
     N_LENSES,
@@ -41,15 +49,7 @@ from training.evaluation.metrics import (
     recall_from_ranks,
     validate_labels,
 )
-from training.evaluation.ranking import (
-    Positives,
-    best_positive,
-    count_ahead,
-    matrix_shape,
-    rows_per_chunk,
-    to_numpy_block,
-)
-from training.evaluation.scoring import all_lens_text_slots, score_one_lens, text_active
+from training.evaluation.scoring.similarity import all_lens_text_slots, score_one_lens, text_active
 from training.retriever.config import SMOOTH_CHAMFER_ALPHA, SMOOTH_CHAMFER_DENOMINATOR
 
 MISS = np.iinfo(np.int64).max  # rank of a query that cannot be matched: beyond every K

@@ -1,0 +1,1 @@
+"""Evaluation on external sets: Karpathy COCO/Flickr30K, ArtEmis, IRFL detection and its fusion systems."""
