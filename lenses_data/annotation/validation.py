@@ -17,6 +17,7 @@ from lenses_data.annotation.rejection_rows import failed_result_rejection, rejec
 from lenses_data.annotation.rules import LISTING_OF_KIND
 from lenses_data.annotation.text_checks import per_text_violations
 from lenses_data.config.annotate import AnnotateConfig
+from lenses_data.config.roles import ROLE_OF_STAGE
 from lenses_data.ids import stable_hash
 from lenses_data.models import types as codes
 from lenses_data.models.types import AnswerClient, ModelRequest
@@ -36,16 +37,19 @@ _TRANSPORT = {
 
 @dataclass(frozen=True)
 class Validator:
-    """Which listing, role and stage name; whether the image goes with the texts."""
+    """Which stage and listing; whether the image goes with the texts. The role is the stage's."""
 
     stage: str
     template: str
-    role: str
     with_image: bool
 
+    @property
+    def role(self) -> str:
+        return ROLE_OF_STAGE[self.stage]
 
-TEXT_VALIDATOR = Validator("validate", rules.TEXT_VALIDATION, "validator", with_image=False)
-VISUAL_VALIDATOR = Validator("visual_validate", rules.VISUAL_VALIDATION, "visual_validator", with_image=True)
+
+TEXT_VALIDATOR = Validator("validate", rules.TEXT_VALIDATION, with_image=False)
+VISUAL_VALIDATOR = Validator("visual_validate", rules.VISUAL_VALIDATION, with_image=True)
 
 
 def make_batches(rows: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:

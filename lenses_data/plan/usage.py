@@ -8,16 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from lenses_data import io
+from lenses_data.config.roles import ROLE_OF_STAGE
 from lenses_data.config.simulator import PAPER
 from lenses_data.models.journal import JournalEntry, read_run_journal
 from lenses_data.plan.schemas import Funnel, PlanError, StageStats
 
-STAGE_ROLE = {
-    "filter": "filter",
-    "generate": "generator",
-    "validate": "validator",
-    "visual_validate": "visual_validator",
-}
 TEMPLATES = {
     "filter": "filter",
     "generate:prompt": "image_side_prompts",
@@ -46,10 +41,10 @@ def read_stage_stats(run: str | Path, entries: Iterable[JournalEntry] | None = N
     words: dict[str, int] = {}
     for entry in read_run_journal(run) if entries is None else entries:
         stage, kind = _entry_stage(entry.key)
-        if stage not in STAGE_ROLE:
+        if stage not in ROLE_OF_STAGE:
             continue
         model = entry.model.removeprefix(SIMULATED_PREFIX)
-        s = stats.setdefault(stage, StageStats(stage=stage, role=STAGE_ROLE[stage], model=model))
+        s = stats.setdefault(stage, StageStats(stage=stage, role=ROLE_OF_STAGE[stage], model=model))
         template = TEMPLATES.get(f"{stage}:{kind}", TEMPLATES.get(stage))
         if template not in words:
             words[template] = _template_words(template)

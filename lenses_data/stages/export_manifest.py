@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from lenses_data import io
+from lenses_data.config.roles import ROLE_OF_STAGE, ROLES
 from lenses_data.schemas import StageCount
 
 if TYPE_CHECKING:
@@ -98,15 +99,16 @@ def model_info(
     config: PipelineConfig, texts: pd.DataFrame, filter_models: set[str]
 ) -> dict[str, dict[str, Any]]:
     info: dict[str, dict[str, Any]] = {}
-    for role in ("filter", "generator", "validator", "visual_validator"):
+    for role in ROLES:
         settings = config.models.role(role)
         info[role] = {
             "model": settings.model,
             "revision": settings.serve.revision,
             "base_urls": settings.base_urls,
         }
-    info["filter"]["answered_by"] = sorted(filter_models)
-    info["generator"]["answered_by"] = sorted(set(texts["model"])) if len(texts) else []
+    # The models that answered: the filter's decisions, and the generated texts' (validators keep them).
+    info[ROLE_OF_STAGE["filter"]]["answered_by"] = sorted(filter_models)
+    info[ROLE_OF_STAGE["generate"]]["answered_by"] = sorted(set(texts["model"])) if len(texts) else []
     return info
 
 

@@ -21,6 +21,7 @@ from lenses_data.annotation.rejection_rows import failed_result_rejection, rejec
 from lenses_data.annotation.rules import LISTING_OF_KIND
 from lenses_data.config import PipelineConfig
 from lenses_data.config.annotate import AnnotateConfig
+from lenses_data.config.roles import ROLE_OF_STAGE, role_settings
 from lenses_data.ids import text_id
 from lenses_data.models.types import AnswerClient, ModelRequest
 from lenses_data.schemas import FilterDecision, LensText
@@ -34,6 +35,7 @@ from lenses_data.stages._annotate import (
 from lenses_data.stages.base import ShardedStage
 
 STAGE = "generate"
+ROLE = ROLE_OF_STAGE[STAGE]
 TEMPLATE_OF_KIND = {"prompt": "image_side_prompts", "caption": "captions"}
 DUPLICATE_ITEM = "duplicate_item"
 
@@ -42,7 +44,7 @@ def build_request(row: dict[str, Any], kind: str, candidate: int, config: Annota
     template = get_template(TEMPLATE_OF_KIND[kind])
     return ModelRequest(
         key=f"{STAGE}:{row['image_id']}:{kind}:{candidate}",
-        role="generator",
+        role=ROLE,
         text=template.text,
         image_path=str(row["path"]),
         json_schema=array_schema(kind, 1, config.max_items_per_answer),
@@ -110,10 +112,7 @@ class GenerateStage(ShardedStage):
         "annotate.candidates_per_image",
         "annotate.seed",
         "annotate.max_items_per_answer",
-        "models.generator.model",
-        "models.generator.sampling",
-        "models.generator.mm_processor_kwargs",
-        "models.generator.image_placeholder",
+        *role_settings(ROLE, "model", "sampling", "mm_processor_kwargs", "image_placeholder"),
         "prompt:image_side_prompts",
         "prompt:captions",
     )

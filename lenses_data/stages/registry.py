@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lenses_data.config.roles import ROLE_OF_STAGE
+
 if TYPE_CHECKING:
     from lenses_data.config import PipelineConfig
     from lenses_data.stages.base import Stage
@@ -25,7 +27,8 @@ STAGES: dict[str, str] = {
     "export": "lenses_data.stages.export:ExportStage",
 }
 
-MODEL_STAGES = frozenset({"filter", "generate", "validate", "visual_validate"})
+# The stages that ask a model: those a model role names (lenses_data.config.roles).
+MODEL_STAGES = frozenset(ROLE_OF_STAGE)
 
 
 def pipeline_order(config: PipelineConfig) -> list[str]:
