@@ -65,3 +65,43 @@ def test_a_role_written_again_is_found(tmp_path, monkeypatch):
         "pkg/m.py:1: 'generator'"
     ]
     assert [str(w) for w in source.keyword_constants("role", ("pkg",))] == ["pkg/m.py:2: 'filter'"]
+
+
+STAGES_DECLARED = "lenses_data/stages/registry.py"
+
+
+def test_the_stage_list_is_written_once():
+    """One literal names most of the stages: the registry's. Order, choices, counts derive from it."""
+    lists = [w for w in string_collections() if len(set(w.values) & set(STAGES)) > len(STAGES) // 2]
+    assert [(w.path, w.values) for w in lists] == [(STAGES_DECLARED, tuple(STAGES))], [str(w) for w in lists]
+
+
+def test_prefect_yaml_deploys_every_stage_flow_in_order():
+    """prefect.yaml is static: its per-stage deployments are checked against the registry."""
+    import yaml
+
+    from tests.source_facts import REPO_ROOT
+
+    spec = yaml.safe_load((REPO_ROOT / "prefect.yaml").read_text())
+    deployed = [
+        (d["name"], d["entrypoint"])
+        for d in spec["deployments"]
+        if d["entrypoint"].startswith("flows/stages.py:")
+    ]
+    assert deployed == [
+        (f"{name.replace('_', '-')}-local", f"flows/stages.py:{name}_flow") for name in STAGES
+    ]
+
+
+def test_every_stage_has_its_flow_and_its_command():
+    """The flows' module attributes are Prefect's entrypoints (named in prefect.yaml), written out."""
+    from prefect import Flow
+
+    import flows.stages
+    from lenses_app.cli import build_parser
+
+    stage_flows = {name: f.name for name, f in vars(flows.stages).items() if isinstance(f, Flow)}
+    stage_flows.pop("stage_shards_flow")  # the shard-mapping subflow, no stage of its own
+    assert stage_flows == {f"{name}_flow": name.replace("_", "-") for name in STAGES}
+    commands = build_parser()._subparsers._group_actions[0].choices  # argparse keeps subcommands here
+    assert {name.replace("_", "-") for name in STAGES} <= set(commands)

@@ -13,13 +13,15 @@ import pandas as pd
 from lenses_data import io
 from lenses_data.config.roles import ROLE_OF_STAGE, ROLES
 from lenses_data.schemas import StageCount
+from lenses_data.stages.registry import STAGES
 
 if TYPE_CHECKING:
     from lenses_data.config import PipelineConfig
 
 # The export stage's logger: the plan's warning is the export's.
 log = logging.getLogger("lenses_data.stages.export")
-COUNTED_STAGES = ("ingest", "dedupe", "filter", "split", "generate", "rules", "validate", "visual_validate")
+# Every stage before the export itself, in the registry's order.
+COUNTED_STAGES = tuple(name for name in STAGES if name != "export")
 PACKAGES = (
     "lenses-data",
     "pandas",

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from lenses_data.config import PipelineConfig
     from lenses_data.stages.base import Stage
 
+# The stages, written here only, in run order (with dedupe before the filter, the default):
 # name -> "module:Class"; modules are imported only when the stage is built.
 STAGES: dict[str, str] = {
     "ingest": "lenses_data.stages.ingest:IngestStage",
@@ -33,8 +34,11 @@ MODEL_STAGES = frozenset(ROLE_OF_STAGE)
 
 def pipeline_order(config: PipelineConfig) -> list[str]:
     """Stages in run order. Dedupe goes before the VLM filter unless the config restores the paper's order."""
-    head = ["ingest", "dedupe", "filter"] if config.dedupe_before_filter else ["ingest", "filter", "dedupe"]
-    return head + ["split", "generate", "rules", "validate", "visual_validate", "export"]
+    order = list(STAGES)
+    if not config.dedupe_before_filter:  # the paper's order: the filter sees every candidate
+        dedupe, vlm_filter = order.index("dedupe"), order.index("filter")
+        order[dedupe], order[vlm_filter] = order[vlm_filter], order[dedupe]
+    return order
 
 
 def stage_class(name: str) -> type:
