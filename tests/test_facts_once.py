@@ -105,3 +105,20 @@ def test_every_stage_has_its_flow_and_its_command():
     assert stage_flows == {f"{name}_flow": name.replace("_", "-") for name in STAGES}
     commands = build_parser()._subparsers._group_actions[0].choices  # argparse keeps subcommands here
     assert {name.replace("_", "-") for name in STAGES} <= set(commands)
+
+
+TEMPLATES_DECLARED = "lenses_data/annotation/prompts.py"
+
+
+def test_the_template_of_each_text_kind_is_written_once():
+    """One mapping kind -> template (either way round); the prompts' template named there only
+    ("captions" also names an export table, so only the mapping is searched for it)."""
+    from lenses_data.annotation.prompts import TEMPLATE_OF_KIND
+
+    def pairs_kind_and_template(pair: tuple[str, str]) -> bool:
+        return {*pair} & set(TEMPLATE_OF_KIND) != set() and {*pair} & set(TEMPLATE_OF_KIND.values()) != set()
+
+    mappings = [w for w in string_collections() if any(map(pairs_kind_and_template, w.pairs))]
+    assert [(w.path, w.pairs) for w in mappings] == [(TEMPLATES_DECLARED, tuple(TEMPLATE_OF_KIND.items()))]
+    named = [w for w in string_constants() if w.values[0].endswith(TEMPLATE_OF_KIND["prompt"])]
+    assert [(w.path, w.values) for w in named] == [(TEMPLATES_DECLARED, (TEMPLATE_OF_KIND["prompt"],))]

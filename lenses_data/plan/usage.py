@@ -8,17 +8,19 @@ from pathlib import Path
 from typing import Any
 
 from lenses_data import io
+from lenses_data.annotation.prompts import TEMPLATE_OF_KIND
+from lenses_data.annotation.rules import TEXT_VALIDATION, VISUAL_VALIDATION
 from lenses_data.config.roles import ROLE_OF_STAGE
 from lenses_data.config.simulator import PAPER
 from lenses_data.models.journal import JournalEntry, read_run_journal
 from lenses_data.plan.schemas import Funnel, PlanError, StageStats
 
+# The template of each model stage's requests (generate: one per text kind), for its static words.
 TEMPLATES = {
     "filter": "filter",
-    "generate:prompt": "image_side_prompts",
-    "generate:caption": "captions",
-    "validate": "text_validation",
-    "visual_validate": "visual_validation",
+    **{f"generate:{kind}": template for kind, template in TEMPLATE_OF_KIND.items()},
+    "validate": TEXT_VALIDATION,
+    "visual_validate": VISUAL_VALIDATION,
 }
 SIMULATED_PREFIX = "simulated/"
 

@@ -16,9 +16,8 @@ import pandas as pd
 from lenses_data import io
 from lenses_data.annotation.answers import TEXT_KEY, array_schema, item_parser
 from lenses_data.annotation.phrase_bank import default_phrase_bank
-from lenses_data.annotation.prompts import get_template
+from lenses_data.annotation.prompts import TEMPLATE_OF_KIND, get_template
 from lenses_data.annotation.rejection_rows import failed_result_rejection, rejection
-from lenses_data.annotation.rules import LISTING_OF_KIND
 from lenses_data.config import PipelineConfig
 from lenses_data.config.annotate import AnnotateConfig
 from lenses_data.config.roles import ROLE_OF_STAGE, role_settings
@@ -36,7 +35,6 @@ from lenses_data.stages.base import ShardedStage
 
 STAGE = "generate"
 ROLE = ROLE_OF_STAGE[STAGE]
-TEMPLATE_OF_KIND = {"prompt": "image_side_prompts", "caption": "captions"}
 DUPLICATE_ITEM = "duplicate_item"
 
 
@@ -72,7 +70,7 @@ def answer_rows(row: dict[str, Any], kind: str, candidate: int, result: Any) -> 
                 "lens": lens,
                 "text": text,
                 "focus": item["Focus"].strip(),
-                "idioms": [m.idiom for m in bank.find(text, LISTING_OF_KIND[kind])],
+                "idioms": [m.idiom for m in bank.find(text, TEMPLATE_OF_KIND[kind])],
                 "candidate_index": candidate,
                 "prompt_name": template.name,
                 "prompt_hash": template.hash,
@@ -113,8 +111,7 @@ class GenerateStage(ShardedStage):
         "annotate.seed",
         "annotate.max_items_per_answer",
         *role_settings(ROLE, "model", "sampling", "mm_processor_kwargs", "image_placeholder"),
-        "prompt:image_side_prompts",
-        "prompt:captions",
+        *(f"prompt:{template}" for template in TEMPLATE_OF_KIND.values()),
     )
     input_stage = "filter"
     reads = ("image_id", "path", "split")
