@@ -53,7 +53,7 @@ class FilterStage(ShardedStage):
     output_settings = (
         "dedupe_before_filter",
         *role_settings(ROLE, "model", "sampling", "mm_processor_kwargs", "image_placeholder"),
-        "prompt:filter",
+        f"prompt:{TEMPLATE}",
     )
     input_stage = "ingest"
     model = FilterDecision

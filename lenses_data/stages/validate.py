@@ -39,7 +39,7 @@ class ValidateStage(ShardedStage):
     output_settings = (
         "annotate",
         *role_settings(TEXT_VALIDATOR.role, "model", "sampling"),
-        "prompt:text_validation",
+        f"prompt:{TEXT_VALIDATOR.template}",
     )
     input_stage = "rules"
     reads = ("text_id", "image_id", "kind", "lens", "text", "focus", "original_text")

@@ -34,7 +34,7 @@ class VisualValidateStage(ShardedStage):
         *role_settings(
             VISUAL_VALIDATOR.role, "model", "sampling", "mm_processor_kwargs", "image_placeholder"
         ),
-        "prompt:visual_validation",
+        f"prompt:{VISUAL_VALIDATOR.template}",
     )
     input_stage = "validate"
     reads = ("text_id", "image_id", "kind", "lens", "text", "focus", "split", "original_text")
