@@ -39,8 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_rehearsal  # noqa: E402
 from fanout_server import Probe, count_task_runs, peak_rate, percentile, prefect_server, tree_usage  # noqa: E402
 
+from lenses_data.stages.registry import STAGES  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
-STAGES = ["ingest", "dedupe", "filter", "split", "generate", "rules", "validate", "visual_validate", "export"]
 # Lines that mean the API pushed back or failed: rate limits, server errors, SQLite lock contention.
 TROUBLE = re.compile(r"Too Many Requests|database is locked|HTTPStatusError|Server error|Traceback|ERROR")
 

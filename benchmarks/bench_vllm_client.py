@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from lenses_data.config.roles import ROLES
 from lenses_data.models.client import ModelClient, ModelRequest
 from lenses_data.models.endpoints import make_openai_client
 from lenses_data.models.parsing import parse_choice
@@ -101,7 +102,7 @@ def run_variant(
         from lenses_data.config.models import ModelsConfig
 
         section = models_section(servers["internvl"], servers["validator"])
-        for name in ("filter", "generator", "visual_validator", "validator"):
+        for name in ROLES:
             section[name].update(max_concurrency=concurrency, sampling={"max_tokens": 8})
             section[name].pop("mm_processor_kwargs", None)  # the bare loop sends none either
         config = ModelsConfig.model_validate({**section, "progress_interval_s": 3600})

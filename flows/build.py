@@ -19,12 +19,10 @@ from flows.runlogs import lenses_logs_to_run
 from flows.stages import run_stage_with_runner
 from lenses_data.config import PipelineConfig
 from lenses_data.stages.entry import GuardedRun, guarded_run
-from lenses_data.stages.registry import pipeline_order
+from lenses_data.stages.registry import STAGES, pipeline_order
 
-# Every registered stage (tests/flows/test_common.py checks): a typo is refused when the run is created.
-StageName = Literal[
-    "ingest", "dedupe", "filter", "split", "generate", "rules", "validate", "visual_validate", "export"
-]
+# Every registered stage, in order: a typo is refused when the run is created.
+StageName = Literal[tuple(STAGES)]
 
 
 def _prepare_sources(config: PipelineConfig, sample: bool) -> PipelineConfig:

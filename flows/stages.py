@@ -32,14 +32,14 @@ from flows.observers import Broadcast
 from flows.reporting import in_flow_run, publish_stage_table, start_progress, update_progress
 from flows.runlogs import lenses_logs_to_run
 from flows.worker_stages import release_worker_stages, worker_stage
-from lenses_data.config import PipelineConfig
+from lenses_data.config import OrchestrationConfig, PipelineConfig
 from lenses_data.stages.base import ShardStats, log_simulated, run_stage
 from lenses_data.stages.entry import GuardedRun, guarded_run
 from lenses_data.stages.registry import build_stage
 
+# No `retries` or `retry_delay_seconds` here: every submission sets both from the config
+# (`shard_task_options`), the one place they are written.
 _SHARD_TASK = dict(
-    retries=2,
-    retry_delay_seconds=[2, 10],
     retry_jitter_factor=0.5,
     retry_condition_fn=retry_transient,
     cache_policy=NO_CACHE,
@@ -75,13 +75,18 @@ def process_shard_batch_task(
     return rows
 
 
+def shard_task_options(settings: OrchestrationConfig) -> dict[str, Any]:
+    """The shard tasks' retries, from the config (`orchestration.task_retries`, `retry_delay_s`)."""
+    return {"retries": settings.task_retries, "retry_delay_seconds": settings.retry_delay_s}
+
+
 def prefect_shard_map(
     stage_name: str, config: PipelineConfig, token: str, progress_id: str | None
 ) -> Callable[[list[int]], Iterator[ShardStats]]:
     """`map_shards` for `run_stage`: one Prefect task per shard, or per group of shards, on the
     flow's task runner."""
     settings = config.orchestration
-    options = {"retries": settings.task_retries, "retry_delay_seconds": settings.retry_delay_s}
+    options = shard_task_options(settings)
 
     def submit(batches: list[list[int]]) -> list:
         if all(len(batch) == 1 for batch in batches):

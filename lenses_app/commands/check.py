@@ -10,7 +10,15 @@ from __future__ import annotations
 
 import argparse
 
-ROLE_NAMES = ("filter", "generator", "validator", "visual_validator")
+from lenses_data.config.roles import MODEL_ROLES, ROLES
+
+
+def _needs() -> str:
+    """'filter: choice + image; generator: JSON + image; ...', from the roles' declaration."""
+    return "; ".join(
+        f"{name}: {' + '.join(n.replace('json', 'JSON') for n in role.needs)}"
+        for name, role in MODEL_ROLES.items()
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,8 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Ask each role's server its vLLM release (GET /version; it decides the choice field the "
         "client sends) and served context, then send it one cheap request per capability the pipeline "
         "needs from it "
-        "(filter: choice + image; generator: JSON + image; validator: JSON; visual_validator: JSON + "
-        "image; with processor settings, the same wide image with and without them, which must cost fewer "
+        f"({_needs()}; with processor settings, the same wide image with and without them, which must cost fewer "
         "prompt tokens with them), then two requests with the same instructions to see how much the server's prefix cache "
         "served (cached_tokens). vLLM reports only hits, so a silent second answer is followed by a "
         "word-for-word repeat: a hit there means the second missed (fallback: the image is rendered "
@@ -38,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--role",
         action="append",
-        choices=[*ROLE_NAMES, "visual-validator"],
+        choices=[*ROLES, *(r.replace("_", "-") for r in ROLES if "_" in r)],
         help="only this role (repeatable; default: every role)",
     )
     parser.set_defaults(func=handle)
@@ -84,7 +91,7 @@ def handle(args: argparse.Namespace) -> int:
     except (ConfigError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    roles = [r.replace("-", "_") for r in (args.role or ROLE_NAMES)]
+    roles = [r.replace("-", "_") for r in (args.role or ROLES)]
     reports = check_roles(config.models, list(dict.fromkeys(roles)), representative_requests(config))
     print(format_table(reports))
     failed = [r for r in reports if not r.ok]

@@ -109,7 +109,8 @@ def _training(args: argparse.Namespace) -> Any:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from lenses_data.plan import STAGE_ROLE, PlanError, build_plan, load_table
+    from lenses_data.config.roles import ROLES
+    from lenses_data.plan import PlanError, build_plan, load_table
 
     options: dict[str, Any] = {"answers_per_image": args.answers_per_image}
     if args.config:
@@ -120,7 +121,7 @@ def handle(args: argparse.Namespace) -> int:
         except ConfigError as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
-        options["models"] = {role: config.models.role(role).model for role in STAGE_ROLE.values()}
+        options["models"] = {role: config.models.role(role).model for role in ROLES}
         options["answers_per_image"] = args.answers_per_image or config.annotate.candidates_per_image
     try:
         table = load_table(args.throughput, _overrides(args))

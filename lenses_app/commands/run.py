@@ -15,11 +15,13 @@ SIMULATED_BANNER = (
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from lenses_data.stages.registry import STAGES
+
+    commands = [name.replace("_", "-") for name in STAGES]
     parser = subparsers.add_parser(
         "run",
         help="run the whole pipeline (build-dataset flow) in-process",
-        description="Run ingest -> dedupe -> filter -> split -> generate -> rules -> validate -> "
-        "visual-validate -> export with Prefect's local engine (no Prefect server needed). "
+        description=f"Run {' -> '.join(commands)} with Prefect's local engine (no Prefect server needed). "
         "A rerun of the same configuration resumes: finished shards and answered model calls are reused; "
         "a rerun whose settings change what a stage on disk produced stops with exit code 2. "
         "A terminal shows one progress line per stage, warnings and a final funnel (stage, in, out, "
@@ -43,11 +45,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="build the bundled sample pool and answer every model call with the simulator (dry run)",
     )
     parser.add_argument("--simulate", action="store_true", help="use the simulator for model calls")
-    from lenses_data.stages.registry import STAGES
-
     parser.add_argument(
         "--stop-after",
-        choices=[name.replace("_", "-") for name in STAGES],
+        choices=commands,
         help="stop after this stage, e.g. dedupe",
     )
     parser.add_argument(

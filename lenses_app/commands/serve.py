@@ -8,9 +8,8 @@ import signal
 import sys
 import threading
 
+from lenses_data.config.roles import ROLES
 from lenses_data.models.serve import ServeOptions
-
-ROLE_CHOICES = ("filter", "generator", "validator", "visual_validator")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--max-restarts times; SIGTERM or SIGINT stops every replica. vLLM is run as a command (or in "
         "the pinned Docker image), never imported.",
     )
-    parser.add_argument("--role", required=True, choices=ROLE_CHOICES, help="model role to serve")
+    parser.add_argument("--role", required=True, choices=ROLES, help="model role to serve")
     parser.add_argument("--config", help="pipeline YAML config (default: built-in defaults)")
     parser.add_argument("--gpus", type=int, default=1, help="GPUs on this node to use (default 1)")
     parser.add_argument("--first-gpu", type=int, default=0, help="index of the first GPU to use")

@@ -26,10 +26,12 @@ import yaml
 from lenses_data.annotation.phrase_bank import PhraseBank, default_phrase_bank
 from lenses_data.resources import resource_dir
 
+# The template that generates each text kind (Listing 2: image-side prompts; Listing 3: captions),
+# written here only. Its name also names the phrase-bank listing that governs the kind.
+TEMPLATE_OF_KIND: dict[str, str] = {"prompt": "image_side_prompts", "caption": "captions"}
 TEMPLATE_NAMES: tuple[str, ...] = (
     "filter",
-    "image_side_prompts",
-    "captions",
+    *TEMPLATE_OF_KIND.values(),
     "text_validation",
     "visual_validation",
 )

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from lenses_data.annotation.phrase_bank import IdiomMatch, PhraseBank, stem
+from lenses_data.annotation.prompts import TEMPLATE_OF_KIND
 from lenses_data.schemas import LENS_NAMES
 
 # Reason codes
@@ -72,9 +73,6 @@ IDIOM_STRENGTH = {
 # Who wrote the text a check runs on: the generator (None), or a validator's edit (its template).
 TEXT_VALIDATION = "text_validation"  # Listing 4
 VISUAL_VALIDATION = "visual_validation"  # Listing 5: may "remove or soften" fragments and idioms
-
-# Which phrase-bank listing governs each text kind (Listing 2 prompts, Listing 3 captions).
-LISTING_OF_KIND = {"prompt": "image_side_prompts", "caption": "captions"}
 
 _WORD = re.compile(r"[A-Za-z0-9]+(?:['\u2019\-][A-Za-z0-9]+)*")
 _LABEL_WORDS = "caption|prompt|focus|category|text|output|answer|" + "|".join(n.lower() for n in LENS_NAMES)
@@ -263,7 +261,7 @@ def text_violations(
         *check_artifacts(text),
         check_category(lens),
         check_focus(focus),
-        check_idioms(lens, bank.find(text, LISTING_OF_KIND[kind]), required, forbidden),
+        check_idioms(lens, bank.find(text, TEMPLATE_OF_KIND[kind]), required, forbidden),
     ]
     return [v for v in checks if v is not None]
 

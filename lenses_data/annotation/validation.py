@@ -12,11 +12,11 @@ from typing import Any
 from lenses_data.annotation import rules
 from lenses_data.annotation.answers import TEXT_KEY, array_schema, item_parser, items_json
 from lenses_data.annotation.phrase_bank import default_phrase_bank
-from lenses_data.annotation.prompts import get_template
+from lenses_data.annotation.prompts import TEMPLATE_OF_KIND, get_template
 from lenses_data.annotation.rejection_rows import failed_result_rejection, rejection
-from lenses_data.annotation.rules import LISTING_OF_KIND
 from lenses_data.annotation.text_checks import per_text_violations
 from lenses_data.config.annotate import AnnotateConfig
+from lenses_data.config.roles import ROLE_OF_STAGE
 from lenses_data.ids import stable_hash
 from lenses_data.models import types as codes
 from lenses_data.models.types import AnswerClient, ModelRequest
@@ -36,16 +36,19 @@ _TRANSPORT = {
 
 @dataclass(frozen=True)
 class Validator:
-    """Which listing, role and stage name; whether the image goes with the texts."""
+    """Which stage and listing; whether the image goes with the texts. The role is the stage's."""
 
     stage: str
     template: str
-    role: str
     with_image: bool
 
+    @property
+    def role(self) -> str:
+        return ROLE_OF_STAGE[self.stage]
 
-TEXT_VALIDATOR = Validator("validate", rules.TEXT_VALIDATION, "validator", with_image=False)
-VISUAL_VALIDATOR = Validator("visual_validate", rules.VISUAL_VALIDATION, "visual_validator", with_image=True)
+
+TEXT_VALIDATOR = Validator("validate", rules.TEXT_VALIDATION, with_image=False)
+VISUAL_VALIDATOR = Validator("visual_validate", rules.VISUAL_VALIDATION, with_image=True)
 
 
 def make_batches(rows: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:
@@ -115,7 +118,7 @@ def recheck(
 
     Which violations reject is `rules.rejects` with the validator as the editor, so an edit that
     Listing 5 allows (a removed fragment or idiom) is never undone here."""
-    bank, listing = default_phrase_bank(), LISTING_OF_KIND[row["kind"]]
+    bank, listing = default_phrase_bank(), TEMPLATE_OF_KIND[row["kind"]]
     updated["idioms"] = [m.idiom for m in bank.find(updated["text"], listing)]
     violations = per_text_violations(updated, settings, bank)
     added = set(updated["idioms"]) - {m.idiom for m in bank.find(row["text"], listing)}

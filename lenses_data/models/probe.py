@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lenses_data.config.models import RetryConfig, RoleConfig, choice_field
+from lenses_data.config.roles import MODEL_ROLES
 from lenses_data.models import types as codes
 from lenses_data.models.dialect import ServerInfo, listed_context, server_version
 from lenses_data.models.endpoints import Endpoint, backoff_delay, classify_error
@@ -29,14 +30,8 @@ from lenses_data.models.types import CapabilityMissing, EndpointUnavailable, Mod
 log = logging.getLogger("lenses_data.models.probe")
 
 
-# What each pipeline role asks of its server (filter: Listing 1 YES/NO on an image; generator:
-# Listings 2-3 JSON on an image; validator: Listing 4 JSON; visual validator: Listing 5 JSON + image).
-ROLE_NEEDS: dict[str, tuple[str, ...]] = {
-    "filter": ("choice", "image"),
-    "generator": ("json", "image"),
-    "validator": ("json",),
-    "visual_validator": ("json", "image"),
-}
+# What each pipeline role asks of its server (declared with the roles, lenses_data.config.roles).
+ROLE_NEEDS: dict[str, tuple[str, ...]] = {name: role.needs for name, role in MODEL_ROLES.items()}
 CACHE_TTL_S = 900.0
 
 

@@ -7,6 +7,8 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lenses_data.config.roles import ROLES
+
 # Reason codes a failed ModelResult can carry (stages turn them into Rejection.reason).
 TRANSPORT_ERROR = "transport_error"  # connection refused/reset, dropped mid-answer
 TIMEOUT = "timeout"
@@ -71,7 +73,7 @@ class ModelRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     key: str = Field(description="Deterministic id, e.g. f'{stage}:{image_id}:{candidate}'")
-    role: str = Field(description="filter | generator | validator | visual_validator")
+    role: str = Field(description=" | ".join(ROLES))
     system: str | None = None
     text: str
     image_path: str | None = None

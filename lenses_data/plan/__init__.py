@@ -41,7 +41,6 @@ from lenses_data.plan.training import (
 )
 from lenses_data.plan.usage import (
     PAPER,
-    STAGE_ROLE,
     read_stage_stats,
     run_funnel,
     target_funnel,
@@ -52,7 +51,6 @@ __all__ = [
     "PAPER",
     "PAPER_IMAGES_PER_STEP",
     "PAPER_STEPS",
-    "STAGE_ROLE",
     "Assumptions",
     "Funnel",
     "GpuSpec",

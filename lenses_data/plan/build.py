@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from lenses_data.config.roles import ROLE_OF_STAGE, ROLES
 from lenses_data.plan.schemas import (
     Assumptions,
     Funnel,
@@ -19,7 +20,7 @@ from lenses_data.plan.schemas import (
     TrainingPlan,
 )
 from lenses_data.plan.throughput import decode_shape, load_table, model_rates
-from lenses_data.plan.usage import STAGE_ROLE, read_stage_stats, run_funnel, target_funnel
+from lenses_data.plan.usage import read_stage_stats, run_funnel, target_funnel
 
 # Which funnel count each stage's volume follows.
 STAGE_UNIT = {
@@ -169,7 +170,7 @@ def build_plan(
     gpus = nodes * gpus_per_node
     rates: dict[str, Rates] = {}
     stages = []
-    for name in STAGE_ROLE:
+    for name in ROLE_OF_STAGE:  # the model stages, in pipeline order
         if name not in stats:
             continue
         model = (models or {}).get(stats[name].role) or stats[name].model
@@ -255,6 +256,6 @@ def assumption_lines(table: ThroughputTable, run_f: Funnel, target: Funnel, stat
 def plan_for_card(run: str | Path, config: Any, **kwargs: Any) -> dict[str, Any]:
     """The plan of this run's build as JSON for the dataset card: the run's candidates and yields,
     the config's answers per image and models (keyword arguments of `build_plan` override)."""
-    models = {role: config.models.role(role).model for role in STAGE_ROLE.values()}
+    models = {role: config.models.role(role).model for role in ROLES}
     options = {"answers_per_image": config.annotate.candidates_per_image, "models": models, **kwargs}
     return build_plan(run, **options).model_dump(mode="json")

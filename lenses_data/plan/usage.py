@@ -8,22 +8,19 @@ from pathlib import Path
 from typing import Any
 
 from lenses_data import io
+from lenses_data.annotation.prompts import TEMPLATE_OF_KIND
+from lenses_data.annotation.rules import TEXT_VALIDATION, VISUAL_VALIDATION
+from lenses_data.config.roles import ROLE_OF_STAGE
 from lenses_data.config.simulator import PAPER
 from lenses_data.models.journal import JournalEntry, read_run_journal
 from lenses_data.plan.schemas import Funnel, PlanError, StageStats
 
-STAGE_ROLE = {
-    "filter": "filter",
-    "generate": "generator",
-    "validate": "validator",
-    "visual_validate": "visual_validator",
-}
+# The template of each model stage's requests (generate: one per text kind), for its static words.
 TEMPLATES = {
     "filter": "filter",
-    "generate:prompt": "image_side_prompts",
-    "generate:caption": "captions",
-    "validate": "text_validation",
-    "visual_validate": "visual_validation",
+    **{f"generate:{kind}": template for kind, template in TEMPLATE_OF_KIND.items()},
+    "validate": TEXT_VALIDATION,
+    "visual_validate": VISUAL_VALIDATION,
 }
 SIMULATED_PREFIX = "simulated/"
 
@@ -46,10 +43,10 @@ def read_stage_stats(run: str | Path, entries: Iterable[JournalEntry] | None = N
     words: dict[str, int] = {}
     for entry in read_run_journal(run) if entries is None else entries:
         stage, kind = _entry_stage(entry.key)
-        if stage not in STAGE_ROLE:
+        if stage not in ROLE_OF_STAGE:
             continue
         model = entry.model.removeprefix(SIMULATED_PREFIX)
-        s = stats.setdefault(stage, StageStats(stage=stage, role=STAGE_ROLE[stage], model=model))
+        s = stats.setdefault(stage, StageStats(stage=stage, role=ROLE_OF_STAGE[stage], model=model))
         template = TEMPLATES.get(f"{stage}:{kind}", TEMPLATES.get(stage))
         if template not in words:
             words[template] = _template_words(template)

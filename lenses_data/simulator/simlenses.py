@@ -17,6 +17,7 @@ import random
 import re
 from typing import Any
 
+from lenses_data.annotation.prompts import TEMPLATE_OF_KIND
 from lenses_data.annotation.rules import words
 from lenses_data.config.simulator import (
     EXAMPLE_WORDS,
@@ -28,8 +29,7 @@ from lenses_data.schemas import LENS_NAMES
 from lenses_data.simulator import simtexts as st
 
 TEXT_KEY = {"caption": "Caption", "prompt": "Prompt"}
-KIND_OF_LISTING = {"captions": "caption", "image_side_prompts": "prompt"}
-BANK_LISTING = {"caption": "captions", "prompt": "image_side_prompts"}
+KIND_OF_LISTING = {template: kind for kind, template in TEMPLATE_OF_KIND.items()}
 _VERB_START = re.compile(r"^(pick|walking|swimming|running|burning|move|moving|pay|burn|crying|turning|tipping|"
                          r"break|cut|open|back|the|once|on|wheels|train|garbage|tide|in|under)\b", re.I)  # fmt: skip
 
@@ -118,7 +118,7 @@ class _Writer:
         for _ in range(4):
             item = self._item(lens, self._idiom(lens))
             if not item.pop("_idiom") or default_phrase_bank().find(
-                item[TEXT_KEY[self.kind]], BANK_LISTING[self.kind]
+                item[TEXT_KEY[self.kind]], TEMPLATE_OF_KIND[self.kind]
             ):
                 return item
         item = self._item(lens, "")
@@ -148,7 +148,7 @@ class _Writer:
         rate = {"Figurative": self.cfg.figurative_idiom_rate}.get(lens, self.cfg.optional_idiom_rate)
         if lens not in st.IDIOM_CORES or self.rng.random() >= rate:
             return ""
-        return self.rng.choice(_bank_idioms(BANK_LISTING[self.kind]))
+        return self.rng.choice(_bank_idioms(TEMPLATE_OF_KIND[self.kind]))
 
     def _pick(self, options: tuple[str, ...]) -> str:
         fresh = [o for o in options if o not in self.used] or list(options)

@@ -11,14 +11,17 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from lenses_data import io
+from lenses_data.config.roles import ROLE_OF_STAGE, ROLES
 from lenses_data.schemas import StageCount
+from lenses_data.stages.registry import STAGES
 
 if TYPE_CHECKING:
     from lenses_data.config import PipelineConfig
 
 # The export stage's logger: the plan's warning is the export's.
 log = logging.getLogger("lenses_data.stages.export")
-COUNTED_STAGES = ("ingest", "dedupe", "filter", "split", "generate", "rules", "validate", "visual_validate")
+# Every stage before the export itself, in the registry's order.
+COUNTED_STAGES = tuple(name for name in STAGES if name != "export")
 PACKAGES = (
     "lenses-data",
     "pandas",
@@ -98,15 +101,16 @@ def model_info(
     config: PipelineConfig, texts: pd.DataFrame, filter_models: set[str]
 ) -> dict[str, dict[str, Any]]:
     info: dict[str, dict[str, Any]] = {}
-    for role in ("filter", "generator", "validator", "visual_validator"):
+    for role in ROLES:
         settings = config.models.role(role)
         info[role] = {
             "model": settings.model,
             "revision": settings.serve.revision,
             "base_urls": settings.base_urls,
         }
-    info["filter"]["answered_by"] = sorted(filter_models)
-    info["generator"]["answered_by"] = sorted(set(texts["model"])) if len(texts) else []
+    # The models that answered: the filter's decisions, and the generated texts' (validators keep them).
+    info[ROLE_OF_STAGE["filter"]]["answered_by"] = sorted(filter_models)
+    info[ROLE_OF_STAGE["generate"]]["answered_by"] = sorted(set(texts["model"])) if len(texts) else []
     return info
 
 

@@ -18,12 +18,14 @@ from lenses_data.annotation.answers import FILTER_CHOICES, parse_filter_answer
 from lenses_data.annotation.prompts import get_template
 from lenses_data.annotation.rejection_rows import failed_result_rejection, rejection
 from lenses_data.config import PipelineConfig
+from lenses_data.config.roles import ROLE_OF_STAGE, role_settings
 from lenses_data.models.types import AnswerClient, ModelRequest
 from lenses_data.schemas import CandidateImage, DedupeRecord, FilterDecision
 from lenses_data.stages._annotate import records_frame, rejections_frame
 from lenses_data.stages.base import ShardedStage
 
 STAGE = "filter"
+ROLE = ROLE_OF_STAGE[STAGE]
 TEMPLATE = "filter"
 REJECT_NO = "filter_no"
 
@@ -32,7 +34,7 @@ def build_request(row: dict[str, Any]) -> ModelRequest:
     template = get_template(TEMPLATE)
     return ModelRequest(
         key=f"{STAGE}:{row['image_id']}",
-        role="filter",
+        role=ROLE,
         text=template.text,
         image_path=str(row["path"]),
         choice=list(FILTER_CHOICES),
@@ -50,11 +52,8 @@ class FilterStage(ShardedStage):
     # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.stages.settings_guard).
     output_settings = (
         "dedupe_before_filter",
-        "models.filter.model",
-        "models.filter.sampling",
-        "models.filter.mm_processor_kwargs",
-        "models.filter.image_placeholder",
-        "prompt:filter",
+        *role_settings(ROLE, "model", "sampling", "mm_processor_kwargs", "image_placeholder"),
+        f"prompt:{TEMPLATE}",
     )
     input_stage = "ingest"
     model = FilterDecision

@@ -16,11 +16,11 @@ import pandas as pd
 from lenses_data import io
 from lenses_data.annotation.answers import TEXT_KEY, array_schema, item_parser
 from lenses_data.annotation.phrase_bank import default_phrase_bank
-from lenses_data.annotation.prompts import get_template
+from lenses_data.annotation.prompts import TEMPLATE_OF_KIND, get_template
 from lenses_data.annotation.rejection_rows import failed_result_rejection, rejection
-from lenses_data.annotation.rules import LISTING_OF_KIND
 from lenses_data.config import PipelineConfig
 from lenses_data.config.annotate import AnnotateConfig
+from lenses_data.config.roles import ROLE_OF_STAGE, role_settings
 from lenses_data.ids import text_id
 from lenses_data.models.types import AnswerClient, ModelRequest
 from lenses_data.schemas import FilterDecision, LensText
@@ -34,7 +34,7 @@ from lenses_data.stages._annotate import (
 from lenses_data.stages.base import ShardedStage
 
 STAGE = "generate"
-TEMPLATE_OF_KIND = {"prompt": "image_side_prompts", "caption": "captions"}
+ROLE = ROLE_OF_STAGE[STAGE]
 DUPLICATE_ITEM = "duplicate_item"
 
 
@@ -42,7 +42,7 @@ def build_request(row: dict[str, Any], kind: str, candidate: int, config: Annota
     template = get_template(TEMPLATE_OF_KIND[kind])
     return ModelRequest(
         key=f"{STAGE}:{row['image_id']}:{kind}:{candidate}",
-        role="generator",
+        role=ROLE,
         text=template.text,
         image_path=str(row["path"]),
         json_schema=array_schema(kind, 1, config.max_items_per_answer),
@@ -70,7 +70,7 @@ def answer_rows(row: dict[str, Any], kind: str, candidate: int, result: Any) -> 
                 "lens": lens,
                 "text": text,
                 "focus": item["Focus"].strip(),
-                "idioms": [m.idiom for m in bank.find(text, LISTING_OF_KIND[kind])],
+                "idioms": [m.idiom for m in bank.find(text, TEMPLATE_OF_KIND[kind])],
                 "candidate_index": candidate,
                 "prompt_name": template.name,
                 "prompt_hash": template.hash,
@@ -110,12 +110,8 @@ class GenerateStage(ShardedStage):
         "annotate.candidates_per_image",
         "annotate.seed",
         "annotate.max_items_per_answer",
-        "models.generator.model",
-        "models.generator.sampling",
-        "models.generator.mm_processor_kwargs",
-        "models.generator.image_placeholder",
-        "prompt:image_side_prompts",
-        "prompt:captions",
+        *role_settings(ROLE, "model", "sampling", "mm_processor_kwargs", "image_placeholder"),
+        *(f"prompt:{template}" for template in TEMPLATE_OF_KIND.values()),
     )
     input_stage = "filter"
     reads = ("image_id", "path", "split")

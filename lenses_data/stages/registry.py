@@ -8,10 +8,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lenses_data.config.roles import ROLE_OF_STAGE
+
 if TYPE_CHECKING:
     from lenses_data.config import PipelineConfig
     from lenses_data.stages.base import Stage
 
+# The stages, written here only, in run order (with dedupe before the filter, the default):
 # name -> "module:Class"; modules are imported only when the stage is built.
 STAGES: dict[str, str] = {
     "ingest": "lenses_data.stages.ingest:IngestStage",
@@ -25,13 +28,17 @@ STAGES: dict[str, str] = {
     "export": "lenses_data.stages.export:ExportStage",
 }
 
-MODEL_STAGES = frozenset({"filter", "generate", "validate", "visual_validate"})
+# The stages that ask a model: those a model role names (lenses_data.config.roles).
+MODEL_STAGES = frozenset(ROLE_OF_STAGE)
 
 
 def pipeline_order(config: PipelineConfig) -> list[str]:
     """Stages in run order. Dedupe goes before the VLM filter unless the config restores the paper's order."""
-    head = ["ingest", "dedupe", "filter"] if config.dedupe_before_filter else ["ingest", "filter", "dedupe"]
-    return head + ["split", "generate", "rules", "validate", "visual_validate", "export"]
+    order = list(STAGES)
+    if not config.dedupe_before_filter:  # the paper's order: the filter sees every candidate
+        dedupe, vlm_filter = order.index("dedupe"), order.index("filter")
+        order[dedupe], order[vlm_filter] = order[vlm_filter], order[dedupe]
+    return order
 
 
 def stage_class(name: str) -> type:

@@ -20,6 +20,7 @@ import pandas as pd
 from lenses_data import io
 from lenses_data.annotation import rules
 from lenses_data.annotation.phrase_bank import default_phrase_bank
+from lenses_data.annotation.prompts import TEMPLATE_OF_KIND
 from lenses_data.annotation.rejection_rows import rejection
 from lenses_data.annotation.text_checks import duplicate_rejections, per_text_violations
 from lenses_data.schemas import LENS_NAMES, LensText
@@ -102,7 +103,7 @@ class RulesStage(ShardedStage):
         dropped = {r["record_id"] for r in duplicates}
         kept = [r for r in survivors if r["text_id"] not in dropped]
         for row in kept:
-            row["idioms"] = [m.idiom for m in bank.find(row["text"], rules.LISTING_OF_KIND[row["kind"]])]
+            row["idioms"] = [m.idiom for m in bank.find(row["text"], TEMPLATE_OF_KIND[row["kind"]])]
         return records_frame(kept, LensText), rejections_frame(rejected)
 
     def extra_stats(self, run: Path) -> dict[str, Any]:

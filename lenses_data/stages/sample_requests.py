@@ -14,6 +14,7 @@ from typing import Any
 
 from lenses_data.annotation.validation import TEXT_VALIDATOR, VISUAL_VALIDATOR, build_request
 from lenses_data.config import PipelineConfig
+from lenses_data.config.roles import ROLES
 from lenses_data.config.simulator import LISTING_WORD_RANGE, table1_density
 from lenses_data.models.types import ModelRequest
 from lenses_data.schemas import LENS_NAMES
@@ -48,19 +49,16 @@ def representative_requests(config: PipelineConfig) -> dict[str, list[tuple[str,
     """Role -> (what the request is, the request) for each kind of request the role serves."""
     row = {"image_id": "check", "path": IMAGE_STAND_IN}
     batch, kinds = texts_per_batch(config), config.annotate.kinds  # only the kinds the build makes
-    out: dict[str, list[tuple[str, ModelRequest]]] = {
-        "filter": [("filter request", filter_stage.build_request(row))],
-        "generator": [
-            (f"{kind} generation", generate_stage.build_request(row, kind, 0, config.annotate))
-            for kind in kinds
-        ],
-        "validator": [],
-        "visual_validator": [],
-    }
+    made = [("filter request", filter_stage.build_request(row))]
+    made += [
+        (f"{kind} generation", generate_stage.build_request(row, kind, 0, config.annotate)) for kind in kinds
+    ]
     for kind in kinds:
         rows = _rows(kind, batch)
         label = f"{kind} batch of {batch} texts"
-        out["validator"].append((label, build_request(rows, TEXT_VALIDATOR)))
-        visual = build_request(rows, VISUAL_VALIDATOR, IMAGE_STAND_IN)
-        out["visual_validator"].append((label, visual))
+        made.append((label, build_request(rows, TEXT_VALIDATOR)))
+        made.append((label, build_request(rows, VISUAL_VALIDATOR, IMAGE_STAND_IN)))
+    out: dict[str, list[tuple[str, ModelRequest]]] = {role: [] for role in ROLES}
+    for label, request in made:  # grouped by the role each request names
+        out[request.role].append((label, request))
     return out

@@ -25,6 +25,7 @@ from lenses_data.annotation.validation import TEXT_VALIDATOR, validate_rows
 from lenses_data.annotation.validation import (
     VALIDATOR_DISCARDED as VALIDATOR_DISCARDED,
 )  # re-exported: training.evaluation.inputs reads it from this stage
+from lenses_data.config.roles import role_settings
 from lenses_data.schemas import LensText
 from lenses_data.stages._annotate import lens_text_rows, records_frame, rejections_frame
 from lenses_data.stages.base import ShardedStage
@@ -37,9 +38,8 @@ class ValidateStage(ShardedStage):
     # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.stages.settings_guard).
     output_settings = (
         "annotate",
-        "models.validator.model",
-        "models.validator.sampling",
-        "prompt:text_validation",
+        *role_settings(TEXT_VALIDATOR.role, "model", "sampling"),
+        f"prompt:{TEXT_VALIDATOR.template}",
     )
     input_stage = "rules"
     reads = ("text_id", "image_id", "kind", "lens", "text", "focus", "original_text")

@@ -18,6 +18,7 @@ import pandas as pd
 from lenses_data.annotation.prompts import get_template
 from lenses_data.annotation.rejection_rows import rejection
 from lenses_data.annotation.validation import VISUAL_VALIDATOR, validate_rows
+from lenses_data.config.roles import role_settings
 from lenses_data.schemas import LensText
 from lenses_data.stages._annotate import ingest_paths, lens_text_rows, records_frame, rejections_frame
 from lenses_data.stages.base import ShardedStage
@@ -30,11 +31,10 @@ class VisualValidateStage(ShardedStage):
     # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.stages.settings_guard).
     output_settings = (
         "annotate",
-        "models.visual_validator.model",
-        "models.visual_validator.sampling",
-        "models.visual_validator.mm_processor_kwargs",
-        "models.visual_validator.image_placeholder",
-        "prompt:visual_validation",
+        *role_settings(
+            VISUAL_VALIDATOR.role, "model", "sampling", "mm_processor_kwargs", "image_placeholder"
+        ),
+        f"prompt:{VISUAL_VALIDATOR.template}",
     )
     input_stage = "validate"
     reads = ("text_id", "image_id", "kind", "lens", "text", "focus", "split", "original_text")

@@ -24,6 +24,23 @@ def test_shard_tasks_use_no_prefect_cache():
     assert process_shard_task.persist_result is False
 
 
+def test_shard_task_retries_are_written_only_in_the_config():
+    """The decorator names no retries or delay (they would be dead: every submission sets both)."""
+    from prefect import task
+
+    from flows.stages import process_shard_batch_task, process_shard_task, shard_task_options
+    from lenses_data.config import OrchestrationConfig
+
+    prefect_defaults = task(lambda: None)
+    for shard_task in (process_shard_task, process_shard_batch_task):
+        assert shard_task.retries == prefect_defaults.retries, shard_task.name
+        assert shard_task.retry_delay_seconds == prefect_defaults.retry_delay_seconds, shard_task.name
+    options = shard_task_options(OrchestrationConfig(task_retries=5, retry_delay_s=3.5))
+    assert options == {"retries": 5, "retry_delay_seconds": 3.5}
+    configured = process_shard_task.with_options(**options)
+    assert (configured.retries, configured.retry_delay_seconds) == (5, 3.5)
+
+
 def test_run_config_merges_overrides_and_run_dir(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("shard_size: 10\ndedupe:\n  hamming_radius: 4\n")

@@ -15,6 +15,7 @@ import yaml
 from lenses_data.annotation import rules
 from lenses_data.annotation.literal_use import SceneLexicon
 from lenses_data.annotation.phrase_bank import default_phrase_bank
+from lenses_data.annotation.prompts import TEMPLATE_OF_KIND
 from tests.lenses_data.paper_texts import published_texts
 
 BANK = default_phrase_bank()
@@ -68,7 +69,7 @@ def test_published_texts_keep_their_idiom_flags():
     assert len(texts) == 59
     outcome = {}
     for kind, lens, text in texts:
-        found = BANK.find(text, rules.LISTING_OF_KIND[kind])
+        found = BANK.find(text, TEMPLATE_OF_KIND[kind])
         violation = rules.check_idioms(lens, found, ("Figurative",), ("Literal", "Background"))
         outcome[text] = (lens, violation.reason if violation else None)
     figurative = [reason for lens, reason in outcome.values() if lens == "Figurative"]
