@@ -22,9 +22,6 @@ import pandas as pd
 
 from lenses_data.annotation.prompts import get_template
 from lenses_data.annotation.validation import TEXT_VALIDATOR, validate_rows
-from lenses_data.annotation.validation import (
-    VALIDATOR_DISCARDED as VALIDATOR_DISCARDED,
-)  # re-exported: training.evaluation.inputs reads it from this stage
 from lenses_data.config.roles import role_settings
 from lenses_data.schemas import LensText
 from lenses_data.stages._annotate import lens_text_rows, records_frame, rejections_frame

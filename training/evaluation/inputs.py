@@ -62,9 +62,10 @@ def discarded_captions(export_dir: str, build_run: str | None, labels: SplitLabe
     (`build_run`, default the export folder's parent). Missing files give no texts and a note.
     """
     from lenses_data import io
+    from lenses_data.annotation.validation import TEXT_VALIDATOR, VALIDATOR_DISCARDED, VISUAL_VALIDATOR
     from lenses_data.schemas import LensText
-    from lenses_data.stages.validate import STAGE, VALIDATOR_DISCARDED
-    from lenses_data.stages.visual_validate import STAGE as VISUAL_STAGE
+
+    STAGE, VISUAL_STAGE = TEXT_VALIDATOR.stage, VISUAL_VALIDATOR.stage
     from training.retriever.lenses import lens_index
 
     def none(note: str) -> DiscardedTexts:
