@@ -27,7 +27,11 @@ MODELS = "tests/lenses_data/models"
 
 # The fast tests that exercise each module (the ones that decide what is lost or doubled).
 TESTS: dict[str, list[str]] = {
-    "lenses_data/models/systemic.py": [f"{MODELS}/test_client_faults.py", f"{MODELS}/test_client_outage.py"],
+    "lenses_data/models/systemic.py": [
+        f"{MODELS}/test_systemic.py",
+        f"{MODELS}/test_client_faults.py",
+        f"{MODELS}/test_client_outage.py",
+    ],
     "lenses_data/models/journal.py": [f"{MODELS}/test_journal.py", f"{MODELS}/test_journal_kill.py"],
     "lenses_data/models/client.py": [
         f"{MODELS}/test_client_faults.py",
