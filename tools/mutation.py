@@ -32,7 +32,12 @@ TESTS: dict[str, list[str]] = {
         f"{MODELS}/test_client_faults.py",
         f"{MODELS}/test_client_outage.py",
     ],
-    "lenses_data/models/journal.py": [f"{MODELS}/test_journal.py", f"{MODELS}/test_journal_kill.py"],
+    "lenses_data/models/journal.py": [
+        f"{MODELS}/test_journal.py",
+        f"{MODELS}/test_journal_readers.py",
+        f"{MODELS}/test_journal_file.py",
+        f"{MODELS}/test_journal_kill.py",
+    ],
     "lenses_data/models/client.py": [
         f"{MODELS}/test_client_faults.py",
         f"{MODELS}/test_client_outage.py",
