@@ -65,7 +65,7 @@ TESTS: dict[str, list[str]] = {
     "lenses_data/runlock.py": ["tests/lenses_data/test_runlock.py"],
     "lenses_data/stages/settings_guard.py": [
         "tests/lenses_data/stages/test_settings_guard.py",
-        "tests/flows/test_settings_guard.py",
+        "tests/lenses_data/stages/test_settings_guard_runs.py",
     ],
     "lenses_data/stages/base.py": [
         "tests/lenses_data/stages/test_rules_stage.py",
