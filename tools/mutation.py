@@ -72,7 +72,7 @@ TESTS: dict[str, list[str]] = {
         "tests/lenses_data/stages/test_filter.py",
         "tests/lenses_data/stages/test_validate.py",
     ],
-    "flows/worker_stages.py": ["tests/flows/test_worker_stages.py"],
+    "flows/worker_stages.py": ["tests/flows/test_worker_stages.py", "tests/flows/test_worker_stage_cache.py"],
     "flows/stages.py": ["tests/flows/test_worker_stages.py", "tests/flows/test_build_flow.py"],
 }
 
