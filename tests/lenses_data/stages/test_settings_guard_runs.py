@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -107,18 +108,31 @@ def test_a_stage_whose_earlier_stage_was_redone_with_other_settings_says_so(tmp_
     )
 
 
-def test_a_setting_new_to_a_stage_is_named_as_unset_before(tmp_path: Path):
+def test_settings_added_or_removed_since_the_record_are_named_unset_even_when_none(tmp_path: Path):
     config = _config(tmp_path)
     order = _finish(tmp_path, config, ["ingest", "dedupe"])
-    recorded = json.loads(settings_path(tmp_path, "dedupe").read_text())
-    del recorded["inputs"]["dedupe.clip_k"]
-    recorded["inputs"]["dedupe.retired"] = 1
+    path = settings_path(tmp_path, "dedupe")
+    recorded = json.loads(path.read_text())
+    del recorded["inputs"]["dedupe.clip_k"], recorded["inputs"]["dedupe.clip_checkpoint"]  # 16 and None now
+    recorded["inputs"].update({"dedupe.retired": 1, "dedupe.retired_unset": None})
     recorded["digest"] = "0" * 16
-    settings_path(tmp_path, "dedupe").write_text(json.dumps(recorded))
-    with pytest.raises(
-        SettingsChanged, match=r': dedupe.clip_k "<unset>" -> 16; dedupe.retired 1 -> "<unset>"\. '
-    ):
+    path.write_text(json.dumps(recorded))
+    changes = (
+        'dedupe.clip_checkpoint "<unset>" -> null; dedupe.clip_k "<unset>" -> 16; '
+        'dedupe.retired 1 -> "<unset>"; dedupe.retired_unset null -> "<unset>"'
+    )
+    with pytest.raises(SettingsChanged, match=f": {re.escape(changes)}\\. Use"):
         check_run_settings(tmp_path, config, order)
+    path.write_text(json.dumps({"digest": "0" * 16}))  # a record with no inputs: all of them are new
+    with pytest.raises(SettingsChanged, match=r': dedupe.clip_checkpoint "<unset>" -> null; .*-> 16;'):
+        check_run_settings(tmp_path, config, order)
+
+
+def test_the_first_record_creates_the_run_directory(tmp_path: Path):
+    run = tmp_path / "not" / "yet"
+    config = _config(run)
+    record_stage_settings(run, "ingest", config, pipeline_order(config))
+    assert json.loads(settings_path(run, "ingest").read_text())["stage"] == "ingest"
 
 
 def test_a_run_from_before_the_guard_warns_once_and_a_stage_without_outputs_is_not_judged(
@@ -137,6 +151,19 @@ def test_a_run_from_before_the_guard_warns_once_and_a_stage_without_outputs_is_n
         f"run directory {tmp_path} predates the settings guard (no {SETTINGS_FILE} in ingest, filter): "
         "its outputs are kept unchecked"
     ]
+
+
+def test_the_run_directory_is_recognised_by_its_given_absolute_and_resolved_paths(
+    tmp_path: Path, monkeypatch
+):
+    """run_dir given relative, through a symlink: each of its three spellings in a setting is RUN."""
+    real = tmp_path / "disk" / "run"
+    real.mkdir(parents=True)
+    (tmp_path / "link").symlink_to(real)
+    monkeypatch.chdir(tmp_path)
+    sources = ["link/a", f"{tmp_path}/link/b", f"{real}/c", "/pool"]
+    config = _config(Path("link"), ingest={"sources": sources})
+    assert stage_inputs("ingest", config)["ingest.sources"] == ["RUN/a", "RUN/b", "RUN/c", "/pool"]
 
 
 def test_only_paths_inside_the_run_directory_are_recorded_relative_to_it(tmp_path: Path):
