@@ -61,7 +61,7 @@ TESTS: dict[str, list[str]] = {
         f"{MODELS}/test_requests_shape.py",
     ],
     "lenses_data/models/probe.py": [f"{MODELS}/test_probe.py", f"{MODELS}/test_probe_context.py"],
-    "lenses_data/models/parsing.py": [f"{MODELS}/test_parsing.py"],
+    "lenses_data/models/parsing.py": [f"{MODELS}/test_parsing.py", f"{MODELS}/test_parsing_edges.py"],
     "lenses_data/runlock.py": ["tests/lenses_data/test_runlock.py"],
     "lenses_data/stages/settings_guard.py": [
         "tests/lenses_data/stages/test_settings_guard.py",
