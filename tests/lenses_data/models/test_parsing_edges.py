@@ -40,6 +40,7 @@ def outcome(parse, answer):
         ('{"": "x", "k": ""} and then }', {"": "x", "k": ""}),
         ('{"a": [1, 2,], "b": {"c": 3,},} done', {"a": [1, 2], "b": {"c": 3}}),
         ('{"a": {"b": 1}} {"z": 2}', {"a": {"b": 1}}),
+        ('{"a": 1}, then more', {"a": 1}),
         ("[1, [2, 3]] then [4]", [1, [2, 3]]),
         ('[{"x": 1}] before {"y": 2}', [{"x": 1}]),
         ('{"y": 2} before [{"x": 1}]', {"y": 2}),
@@ -74,6 +75,10 @@ class LensList(RootModel[list[Lens]]):
     pass
 
 
+class OneLens(RootModel[Lens]):
+    pass
+
+
 class Pair(BaseModel):
     lenses: list[Lens]
     note: str = ""
@@ -90,6 +95,7 @@ ONE = {"name": "Literal", "text": "a boat"}
         (Lenses, {"lenses": [ONE]}, Lenses(lenses=[Lens(**ONE)])),
         (LensList, ONE, LensList([Lens(**ONE)])),  # one object where the root is a list
         (LensList, [ONE], LensList([Lens(**ONE)])),
+        (OneLens, ONE, OneLens(Lens(**ONE))),  # a root that is no list: taken as it is
         (Pair, ONE, (SCHEMA_INVALID, "1 error(s); first at lenses: Field required")),  # two fields: no guess
         (
             Pair,
