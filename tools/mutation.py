@@ -57,6 +57,7 @@ TESTS: dict[str, list[str]] = {
         f"{MODELS}/test_endpoint_readmit.py",
     ],
     "lenses_data/models/dialect.py": [
+        f"{MODELS}/test_dialect.py",
         f"{MODELS}/test_production_serving.py",
         f"{MODELS}/test_requests_shape.py",
     ],
