@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
@@ -77,8 +78,10 @@ def test_the_mm_kwargs_refusal_is_recognised_in_any_case(message, refusal):
 
 class _VersionServer(BaseHTTPRequestHandler):
     answers: dict[str, tuple[int, bytes]] = {}
+    delay_s = 0.0
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        time.sleep(self.delay_s)
         status, body = self.answers.get(self.path, (404, b"not found"))
         self.send_response(status)
         self.send_header("Content-Length", str(len(body)))
@@ -121,6 +124,16 @@ def test_server_version_over_http(version_server, answer, version, suffix):
     assert asyncio.run(server_version(root + suffix)) == version
 
 
+def test_a_server_that_answers_too_late_has_no_version(version_server):
+    root, answers = version_server
+    answers["/version"] = (200, json.dumps({"version": "0.32.0"}).encode())
+    _VersionServer.delay_s = 2.0
+    try:
+        assert asyncio.run(server_version(root, timeout_s=0.3)) is None
+    finally:
+        _VersionServer.delay_s = 0.0
+
+
 def test_a_server_that_is_not_there_has_no_version():
     assert asyncio.run(server_version("http://127.0.0.1:9/v1", timeout_s=2)) is None
 
@@ -135,6 +148,7 @@ def _listed(model: str, **extra) -> Model:
         ([_listed("other", max_model_len=1), _listed("m", max_model_len=4096)], 4096),
         ([_listed("m", max_model_len=4096), _listed("m", max_model_len=8192)], 4096),
         ([_listed("m", max_model_len=0)], None),
+        ([_listed("m", max_model_len=1)], 1),
         ([_listed("m", max_model_len="4096")], None),
         ([_listed("m")], None),
         ([_listed("other", max_model_len=4096)], None),
