@@ -52,6 +52,7 @@ TESTS: dict[str, list[str]] = {
         f"{MODELS}/test_journal.py",
     ],
     "lenses_data/models/endpoints.py": [
+        f"{MODELS}/test_backoff.py",
         f"{MODELS}/test_endpoints.py",
         f"{MODELS}/test_endpoint_affinity.py",
         f"{MODELS}/test_endpoint_readmit.py",
