@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: install run test lint bench postgres
+.PHONY: install run test lint bench postgres mutation
 
 install: $(STAMP)
 
@@ -79,3 +79,12 @@ $(VLLM_STAMP):
 
 lint: install
 	$(VENV)/bin/ruff check lenses_data lenses_app flows training tests benchmarks
+
+# Mutation score of one module of the reliability core (docs/testing.md), not part of `make test`:
+# minutes per module on 2 cores. `make mutation MODULE=lenses_data/models/systemic.py`; with no MODULE
+# it lists the modules it knows. MUTATION_ARGS=--report-only prints the last run's result again.
+MODULE ?=
+MUTATION_ARGS ?=
+mutation: install
+	@if [ -z "$(MODULE)" ]; then $(PY) tools/mutation.py --help; exit 2; fi
+	$(PY) tools/mutation.py $(MUTATION_ARGS) $(MODULE)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lenses_data.runlock import RunDirectoryInUse, read_owner, run_directory_lock
+from lenses_data.runlock import RunDirectoryInUse, ensure_run_directory_free, read_owner, run_directory_lock
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -92,3 +92,41 @@ def test_a_dead_runs_lock_is_taken_over(tmp_path: Path) -> None:
     assert read_owner(tmp_path)["flow_run_id"] == "fr-dead"  # its stale record is still there
     with run_directory_lock(tmp_path, flow_run_id="next"):
         assert read_owner(tmp_path)["flow_run_id"] == "next"
+
+
+def _expected_refusal(run: Path, owner: dict) -> str:
+    who = f"host {owner['host']}, pid {owner['pid']}, flow run {owner['flow_run_id'] or '-'}, started {owner['started']}"
+    return (
+        f"run directory {run} is in use by a live run ({who}). Wait for it to finish, or use another run_dir."
+    )
+
+
+@pytest.mark.parametrize("flow_run_id", ["fr-7", None])
+def test_the_courtesy_check_refuses_a_held_directory_naming_its_owner_record(
+    tmp_path: Path, flow_run_id
+) -> None:
+    """`ensure_run_directory_free` (lenses run's check before a flow starts): a held directory is
+    refused with the holder's own record, word for word; a free one, or one never used, passes and
+    is left free (the check never keeps the lock)."""
+    never_used = tmp_path / "never-used"
+    ensure_run_directory_free(never_used)
+    assert not never_used.exists()  # the check creates nothing
+    run = tmp_path / "run"
+    with run_directory_lock(run, flow_run_id=flow_run_id):
+        owner = read_owner(run)
+        with pytest.raises(RunDirectoryInUse) as refused:
+            ensure_run_directory_free(run)
+    assert refused.value.run_dir == run and refused.value.owner == owner
+    assert str(refused.value) == _expected_refusal(run, owner)
+    ensure_run_directory_free(run)  # released: free again, and the check holds nothing after it
+    with run_directory_lock(run, flow_run_id="next"):
+        assert read_owner(run)["flow_run_id"] == "next"
+
+
+def test_a_refusal_before_the_owner_record_is_written_says_so(tmp_path: Path) -> None:
+    refused = RunDirectoryInUse(tmp_path, None)
+    assert refused.owner == {}
+    assert str(refused) == (
+        f"run directory {tmp_path} is in use by a live run (owner details not written yet). "
+        "Wait for it to finish, or use another run_dir."
+    )

@@ -1,0 +1,147 @@
+"""Mutation score of one module of the reliability core: `make mutation MODULE=lenses_data/models/systemic.py`.
+
+mutmut 3 (settings shared by every module: `[tool.mutmut]` in pyproject.toml) mutates the one module
+and runs, for each mutant, the fast tests below that cover the mutated function. One worker: the
+machine it was made on has 2 cores shared with others. The run starts from an empty `mutants/`, so
+the score it prints is the module's whole score, not what is left of an earlier run.
+
+The score counts a mutant killed when a test failed or timed out on it. Mutants that are equivalent
+(no test could tell them from the original; each one named with its reason in docs/testing.md, in a
+table row "| `name` | equivalent | why |") are left out of the denominator; mutants with no covering
+test count as survivors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import sys
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DOC = REPO / "docs" / "testing.md"
+FAST = ["-m", "not slow"]
+MODELS = "tests/lenses_data/models"
+
+# The fast tests that exercise each module (the ones that decide what is lost or doubled).
+TESTS: dict[str, list[str]] = {
+    "lenses_data/models/systemic.py": [
+        f"{MODELS}/test_systemic.py",
+        f"{MODELS}/test_client_faults.py",
+        f"{MODELS}/test_client_outage.py",
+    ],
+    "lenses_data/models/journal.py": [
+        f"{MODELS}/test_journal.py",
+        f"{MODELS}/test_journal_readers.py",
+        f"{MODELS}/test_journal_file.py",
+        f"{MODELS}/test_journal_kill.py",
+    ],
+    "lenses_data/models/client.py": [
+        f"{MODELS}/test_client_faults.py",
+        f"{MODELS}/test_client_outage.py",
+        f"{MODELS}/test_client_inputs.py",
+        f"{MODELS}/test_requests_shape.py",
+        f"{MODELS}/test_probe.py",
+    ],
+    "lenses_data/models/calls.py": [
+        f"{MODELS}/test_client_faults.py",
+        f"{MODELS}/test_client_outage.py",
+        f"{MODELS}/test_client_inputs.py",
+        f"{MODELS}/test_journal.py",
+    ],
+    "lenses_data/models/endpoints.py": [
+        f"{MODELS}/test_backoff.py",
+        f"{MODELS}/test_endpoints.py",
+        f"{MODELS}/test_endpoint_affinity.py",
+        f"{MODELS}/test_endpoint_readmit.py",
+    ],
+    "lenses_data/models/dialect.py": [
+        f"{MODELS}/test_dialect.py",
+        f"{MODELS}/test_production_serving.py",
+        f"{MODELS}/test_requests_shape.py",
+    ],
+    "lenses_data/models/probe.py": [f"{MODELS}/test_probe.py", f"{MODELS}/test_probe_context.py"],
+    "lenses_data/models/parsing.py": [f"{MODELS}/test_parsing.py", f"{MODELS}/test_parsing_edges.py"],
+    "lenses_data/runlock.py": ["tests/lenses_data/test_runlock.py"],
+    "lenses_data/stages/settings_guard.py": [
+        "tests/lenses_data/stages/test_settings_guard.py",
+        "tests/lenses_data/stages/test_settings_guard_runs.py",
+    ],
+    "lenses_data/stages/base.py": [
+        "tests/lenses_data/stages/test_rules_stage.py",
+        "tests/lenses_data/stages/test_filter.py",
+        "tests/lenses_data/stages/test_validate.py",
+    ],
+    "flows/worker_stages.py": ["tests/flows/test_worker_stages.py", "tests/flows/test_worker_stage_cache.py"],
+    "flows/stages.py": ["tests/flows/test_worker_stages.py", "tests/flows/test_build_flow.py"],
+}
+
+KILLED = {"killed", "timeout", "segfault", "caught by type check"}
+
+
+def equivalent_mutants(module: str) -> set[str]:
+    """Mutant names docs/testing.md lists as equivalent for this module."""
+    prefix = module.removesuffix(".py").replace("/", ".") + "."
+    if not DOC.exists():
+        return set()
+    names = re.findall(r"^\| `([^`]+__mutmut_\d+)` \| equivalent \|", DOC.read_text(), flags=re.M)
+    return {name for name in names if name.startswith(prefix)}
+
+
+def run_mutmut(module: str, fresh: bool) -> None:
+    """Mutate `module` only and run mutmut in this process with one worker."""
+    from mutmut import __main__ as mutmut_main
+    from mutmut.configuration import config
+
+    settings = config()
+    settings.only_mutate = [module]
+    settings.pytest_add_cli_args_test_selection = [*TESTS[module], *FAST]
+    if fresh:
+        shutil.rmtree("mutants", ignore_errors=True)
+    mutmut_main._run([], max_children=1)
+
+
+def statuses(module: str) -> dict[str, str]:
+    """Each mutant of `module` and what became of it, read back from mutmut's results."""
+    from mutmut.mutation.data import SourceFileMutationData
+    from mutmut.stats import status_by_exit_code
+
+    data = SourceFileMutationData(path=Path(module))
+    data.load()
+    return {name: status_by_exit_code[code] for name, code in data.exit_code_by_key.items()}
+
+
+def report(module: str, outcome: dict[str, str]) -> float:
+    """Print the survivors and the score; returns the score in percent."""
+    equivalent = equivalent_mutants(module) & outcome.keys()
+    counted = {name: status for name, status in outcome.items() if name not in equivalent}
+    killed = sum(status in KILLED for status in counted.values())
+    for name, status in sorted(counted.items()):
+        if status not in KILLED:
+            print(f"  {status:10} {name}")
+    score = 100.0 * killed / len(counted) if counted else 0.0
+    print(
+        f"\n{module}: {len(outcome)} mutants, {len(equivalent)} equivalent; {dict(Counter(outcome.values()))}"
+    )
+    print(f"score: {killed} of {len(counted)} non-equivalent mutants killed = {score:.1f}%")
+    return score
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("module", choices=sorted(TESTS), help="the module to mutate, as a path")
+    parser.add_argument(
+        "--keep", action="store_true", help="reuse mutants/ from the last run (mutmut's cache)"
+    )
+    parser.add_argument("--report-only", action="store_true", help="print the last run's result")
+    args = parser.parse_args(argv)
+    if not args.report_only:
+        run_mutmut(args.module, fresh=not args.keep)
+    report(args.module, statuses(args.module))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
