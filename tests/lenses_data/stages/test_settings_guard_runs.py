@@ -26,6 +26,7 @@ from lenses_data.stages.settings_guard import (
     SETTINGS_FILE,
     SettingsChanged,
     check_run_settings,
+    check_stage_settings,
     expected_settings,
     record_stage_settings,
     settings_path,
@@ -37,11 +38,16 @@ def _config(run: Path, **settings):
     return config_from_dict({"run_dir": str(run), **settings}, environ={})
 
 
+def _record(run: Path, stage: str, config, order: list[str]) -> None:
+    """What a whole build records for `stage` (the stage entry checks, then records, this)."""
+    record_stage_settings(run, expected_settings(config, order)[stage])
+
+
 def _finish(run: Path, config, stages: list[str]) -> list[str]:
     """Record each stage's settings and give it one output file, as a run that got that far."""
     order = pipeline_order(config)
     for stage in stages:
-        record_stage_settings(run, stage, config, order)
+        _record(run, stage, config, order)
         (run / stage / "part-00000.parquet").write_bytes(b"rows")
     return order
 
@@ -74,7 +80,7 @@ def test_unchanged_settings_pass_and_recording_again_leaves_every_file_alone(tmp
     with caplog.at_level(logging.WARNING):
         check_run_settings(tmp_path, config, order)
         for stage in files:
-            record_stage_settings(tmp_path, stage, config, order)
+            _record(tmp_path, stage, config, order)
     assert {stage: (path.read_bytes(), path.stat().st_mtime_ns) for stage, path in files.items()} == before
     assert not caplog.records
 
@@ -89,7 +95,7 @@ def test_a_changed_setting_stops_at_its_stage_naming_old_new_and_every_folder_to
         f"Use a new run directory, or delete {tmp_path / 'split'} {tmp_path / 'generate'} "
         "to redo it with the new settings"
     )
-    record_stage_settings(tmp_path, "split", _config(tmp_path, split={"seed": "b"}), order)
+    _record(tmp_path, "split", _config(tmp_path, split={"seed": "b"}), order)
     assert json.loads(settings_path(tmp_path, "split").read_text())["inputs"]["split.seed"] == "b"
 
 
@@ -131,7 +137,7 @@ def test_settings_added_or_removed_since_the_record_are_named_unset_even_when_no
 def test_the_first_record_creates_the_run_directory(tmp_path: Path):
     run = tmp_path / "not" / "yet"
     config = _config(run)
-    record_stage_settings(run, "ingest", config, pipeline_order(config))
+    _record(run, "ingest", config, pipeline_order(config))
     assert json.loads(settings_path(run, "ingest").read_text())["stage"] == "ingest"
 
 
@@ -143,7 +149,7 @@ def test_a_run_from_before_the_guard_warns_once_and_a_stage_without_outputs_is_n
     for stage in ("ingest", "filter"):
         settings_path(tmp_path, stage).unlink()
     started = _config(tmp_path, split={"seed": "other"})  # split started with other settings, no shard yet
-    record_stage_settings(tmp_path, "split", started, order)
+    _record(tmp_path, "split", started, order)
     assert [p.name for p in (tmp_path / "split").iterdir()] == [SETTINGS_FILE]
     with caplog.at_level(logging.WARNING, logger="lenses_data.stages.settings_guard"):
         check_run_settings(tmp_path, config, order)
@@ -175,4 +181,76 @@ def test_only_paths_inside_the_run_directory_are_recorded_relative_to_it(tmp_pat
         "RUN/sample",
         f"{run}-other/sample",
         "/pool",
+    ]
+
+
+# One stage on its own (a stage command, a stage flow): `check_stage_settings`. Its invariants: the
+# stages before it are only read, so its upstream is the digest recorded by the stage before it
+# (else the config's); it stops when its own outputs, or the next stage's, were made otherwise.
+
+
+def test_a_stage_alone_takes_its_upstream_from_the_record_of_the_stage_before_it(tmp_path: Path, caplog):
+    ingested = _config(tmp_path, split={"seed": "a"})
+    order = _finish(tmp_path, ingested, ["ingest", "dedupe"])
+    recorded = json.loads(settings_path(tmp_path, "dedupe").read_text())
+    recorded["digest"] = "d" * 16  # as if dedupe had been made with settings this config lacks
+    settings_path(tmp_path, "dedupe").write_text(json.dumps(recorded))
+    with caplog.at_level(logging.WARNING):
+        entry = check_stage_settings(tmp_path, _config(tmp_path, split={"seed": "b"}), order, "filter")
+    chain = expected_settings(_config(tmp_path, split={"seed": "b"}), order)
+    payload = {"inputs": chain["filter"]["inputs"], "upstream": "d" * 16}
+    digest = hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    assert entry == {
+        "stage": "filter",
+        "digest": digest[:16],
+        "upstream": "d" * 16,
+        "inputs": payload["inputs"],
+    }
+    assert not caplog.records
+    first = check_stage_settings(tmp_path / "empty", ingested, order, "ingest")
+    assert first == expected_settings(ingested, order)["ingest"]  # nothing recorded: the config's chain
+
+
+def test_a_stage_alone_with_changed_settings_stops_at_itself_naming_the_change(tmp_path: Path):
+    order = _finish(tmp_path, _config(tmp_path, split={"seed": "a"}), ["ingest", "dedupe", "filter", "split"])
+    unchanged = check_stage_settings(tmp_path, _config(tmp_path, split={"seed": "a"}), order, "split")
+    assert unchanged == json.loads(settings_path(tmp_path, "split").read_text())
+    with pytest.raises(SettingsChanged) as stopped:
+        check_stage_settings(tmp_path, _config(tmp_path, split={"seed": "b"}), order, "split")
+    assert str(stopped.value) == (
+        f'stage split in {tmp_path} was produced with other settings: split.seed "a" -> "b". '
+        f"Use a new run directory, or delete {tmp_path / 'split'} to redo it with the new settings"
+    )
+
+
+def test_a_stage_alone_is_stopped_by_the_next_stage_that_read_other_outputs(tmp_path: Path):
+    """split's own folder deleted, generate's outputs kept: a split with another seed would leave
+    generate's texts made from the old split; the stop names generate."""
+    order = _finish(
+        tmp_path, _config(tmp_path, split={"seed": "a"}), ["ingest", "dedupe", "filter", "split", "generate"]
+    )
+    for path in (tmp_path / "split").iterdir():
+        path.unlink()
+    with pytest.raises(SettingsChanged) as stopped:
+        check_stage_settings(tmp_path, _config(tmp_path, split={"seed": "b"}), order, "split")
+    assert str(stopped.value) == (
+        f"stage generate in {tmp_path} was produced with other settings: the settings of split its "
+        f"outputs were read from. Use a new run directory, or delete {tmp_path / 'generate'} to redo it "
+        "with the new settings"
+    )
+    assert (
+        check_stage_settings(tmp_path, _config(tmp_path, split={"seed": "a"}), order, "split")["stage"]
+        == "split"
+    )
+
+
+def test_a_stage_alone_with_outputs_but_no_record_warns_and_goes_on(tmp_path: Path, caplog):
+    order = _finish(tmp_path, _config(tmp_path), ["ingest", "dedupe"])
+    settings_path(tmp_path, "dedupe").unlink()
+    with caplog.at_level(logging.WARNING, logger="lenses_data.stages.settings_guard"):
+        entry = check_stage_settings(tmp_path, _config(tmp_path, dedupe={"clip_k": 17}), order, "dedupe")
+    assert entry["inputs"]["dedupe.clip_k"] == 17
+    assert [record.getMessage() for record in caplog.records] == [
+        f"run directory {tmp_path} predates the settings guard (no {SETTINGS_FILE} in dedupe): "
+        "its outputs are kept unchecked"
     ]
