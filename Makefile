@@ -57,9 +57,11 @@ postgres:
 	  || echo "WARNING: postgresql could not be installed; the Prefect deployment tests will fail"; \
 	fi
 
-# PYTHONFAULTHANDLER: a crash (CI once saw a segfault as pytest exited) prints every thread's stack.
+# PYTHONFAULTHANDLER: a crash prints every thread's stack. LENSES_TEST_FAST_EXIT: pytest leaves with its
+# status once its summary is printed, skipping the interpreter's teardown, where CI once saw a
+# segfault after every test passed (tests/conftest.py, docs/testing.md).
 test: postgres $(TEST_STAMP) $(VLLM_STAMP)
-	PYTHONFAULTHANDLER=1 $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	PYTHONFAULTHANDLER=1 LENSES_TEST_FAST_EXIT=1 $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
 
 .PHONY: vllm-env

@@ -48,7 +48,8 @@ def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 # printed its summary and written its caches, so the process exits with pytest's status without
 # running the native destructors. The product's own processes exit normally, and their exit codes
 # are asserted by the CLI tests. `make test` sets PYTHONFAULTHANDLER, so a crash before this point
-# still names its threads. LENSES_TEST_NORMAL_EXIT=1 keeps the normal teardown, to look for leaks.
+# still names its threads. Only where asked (`make test` sets LENSES_TEST_FAST_EXIT=1): pytest run
+# inside another program (mutmut's workers call pytest.main in a fork) must return to its caller.
 _EXIT_STATUS: list[int] = []
 
 
@@ -58,7 +59,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Name the threads still alive as pytest exits, then leave with pytest's own status."""
+    """Name the threads still alive as pytest exits; under `make test`, leave with pytest's own status."""
     import sys
     import threading
 
@@ -69,7 +70,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         native = -1
     names = ", ".join(f"{t.name}{' (daemon)' if t.daemon else ''}" for t in alive) or "none"
     print(f"\nat exit: {native} OS threads; Python threads besides main: {names}", file=sys.stderr)
-    if not _EXIT_STATUS or os.environ.get("LENSES_TEST_NORMAL_EXIT") == "1":
+    if not _EXIT_STATUS or os.environ.get("LENSES_TEST_FAST_EXIT") != "1":
         return
     sys.stdout.flush()
     sys.stderr.flush()

@@ -139,6 +139,8 @@ def test_make_test_builds_the_vllm_env_on_a_fresh_machine(tmp_path: Path):
     pytest_line = next(i for i, line in enumerate(plan) if "-m pytest" in line)
     assert max(install) < pytest_line, "the vLLM venv is installed after pytest starts"
     assert any(line.startswith("touch ") and ".lenses-vllm-installed" in line for line in plan)
+    # pytest leaves with its status, past the teardown CI once saw segfault (tests/test_suite_exit.py)
+    assert "LENSES_TEST_FAST_EXIT=1" in plan[pytest_line] and "PYTHONFAULTHANDLER=1" in plan[pytest_line]
 
 
 def test_make_run_does_not_build_the_vllm_env(tmp_path: Path):

@@ -1,4 +1,5 @@
-"""The suite's exit (tests/conftest.py): pytest's own status, without the interpreter's teardown."""
+"""The suite's exit under `make test` (tests/conftest.py): pytest's own status, without the
+interpreter's teardown; elsewhere the normal exit."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def test_probe():
 
 def _run_probe(tmp_path: Path, outcome: str, **env: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "test_probe.py").write_text(PROBE)
-    inherited = {k: v for k, v in os.environ.items() if k != "LENSES_TEST_NORMAL_EXIT"}
+    inherited = {k: v for k, v in os.environ.items() if k != "LENSES_TEST_FAST_EXIT"}
     environ = {**inherited, "PYTHONPATH": str(ROOT), "PROBE_OUTCOME": outcome, **env}
     command = [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider", "-q"]
     return subprocess.run(
@@ -39,14 +40,15 @@ def _run_probe(tmp_path: Path, outcome: str, **env: str) -> subprocess.Completed
 def test_the_suite_exits_with_pytests_status_and_skips_teardown(
     tmp_path: Path, outcome: str, status: int, summary: str
 ) -> None:
-    done = _run_probe(tmp_path, outcome)
+    done = _run_probe(tmp_path, outcome, LENSES_TEST_FAST_EXIT="1")
     assert done.returncode == status, done.stdout + done.stderr
     assert summary in done.stdout  # the summary is printed before the exit
     assert "at exit:" in done.stderr  # the threads still alive are named
     assert not (tmp_path / "teardown-ran").exists()  # atexit handlers (the interpreter's teardown) skipped
 
 
-def test_normal_teardown_on_request(tmp_path: Path) -> None:
-    done = _run_probe(tmp_path, "fail", LENSES_TEST_NORMAL_EXIT="1")
+def test_without_make_tests_flag_pytest_returns_to_its_caller(tmp_path: Path) -> None:
+    """pytest inside another program (mutmut's workers call pytest.main) must get its result back."""
+    done = _run_probe(tmp_path, "fail")
     assert done.returncode == 1, done.stdout + done.stderr
     assert (tmp_path / "teardown-ran").exists()
