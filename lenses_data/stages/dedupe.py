@@ -31,7 +31,8 @@ from lenses_data.schemas import (
     Rejection,
     arrow_schema,
 )
-from lenses_data.stages.base import ShardStats, check_columns, shard_done, summarize
+from lenses_data.stages.base import ShardStats, check_columns, summarize
+from lenses_data.stages.global_base import GlobalStage
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ def read_summary(run: str | Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-class DedupeStage:
+class DedupeStage(GlobalStage):
     """Global stage: all images are compared with each other, so there is one shard (0)."""
 
     name = STAGE
@@ -93,20 +94,11 @@ class DedupeStage:
     input_stage = "ingest"
     reads = tuple(COLUMNS)
     writes = tuple(DedupeRecord.model_fields)
+    needs_finished_input = True
 
-    def __init__(self, config: PipelineConfig) -> None:
-        self.config = config
-
-    def input_shards(self, run: Path) -> list[int]:
-        io.stage_shards(run, "ingest")  # raises a clear error when ingest is not finished
-        return [0]
-
-    def process_shard(self, run: Path, shard: int) -> ShardStats:
+    def run_shard(self, run: Path, shard: int) -> ShardStats:
         from lenses_data.dedupe.pipeline import find_duplicates
 
-        run = Path(run)
-        if shard_done(run, STAGE, shard):
-            return ShardStats(stage=STAGE, shard=shard, skipped=True)
         frame = load_candidates(run, self.config)
         check_columns(STAGE, frame, self.reads, "input (ingest)", exact=False)
         result = find_duplicates(frame, self.config.dedupe)

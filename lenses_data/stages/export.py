@@ -52,6 +52,7 @@ from lenses_data.stages.export_tables import (
     typed_parquet,
 )
 from lenses_data.stages.export_texts import FINAL_STAGE, STAGE, card_frame, final_images, read_final_texts
+from lenses_data.stages.global_base import GlobalStage
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +161,7 @@ def write_build_report(run: Path, out: Path, settings: ExportConfig) -> None:
     log.info("export: report %s (%d images, %.1f s)", done["index"], done["images"], done["seconds"])
 
 
-class ExportStage:
+class ExportStage(GlobalStage):
     """Global stage: one "shard" 0 that writes RUN/export/ (the `lenses export` default)."""
 
     name = STAGE
@@ -178,13 +179,10 @@ class ExportStage:
         "report",
     )
 
-    def __init__(self, config: PipelineConfig) -> None:
-        self.config = config
+    # Export rewrites its folder on every run (no part files to find a finished shard by).
+    skips_finished_shard = False
 
-    def input_shards(self, run: Path) -> list[int]:
-        return [0]
-
-    def process_shard(self, run: Path, shard: int) -> ShardStats:
+    def run_shard(self, run: Path, shard: int) -> ShardStats:
         manifest = export_dataset(run, Path(run) / STAGE, self.config)
         tables = manifest["tables"]
         return ShardStats(

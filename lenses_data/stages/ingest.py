@@ -29,7 +29,8 @@ from lenses_data.candidates.imaging import DecodeLimits
 from lenses_data.candidates.sources import SourceItem, detect_kind, iter_source
 from lenses_data.config import PipelineConfig
 from lenses_data.schemas import CandidateImage, Rejection
-from lenses_data.stages.base import ShardStats, check_columns, shard_done
+from lenses_data.stages.base import ShardStats, check_columns
+from lenses_data.stages.global_base import GlobalStage
 from lenses_data.stages.ingest_exec import DecodePool, LazyClient, Progress, batched, ordered
 from lenses_data.stages.ingest_rows import METADATA_FIELDS, KeptImages, shards_of
 
@@ -271,7 +272,7 @@ def _remove_stale(folder: Path, prefix: str, keep: int) -> None:
             path.unlink()
 
 
-class IngestStage:
+class IngestStage(GlobalStage):
     """The stage protocol (`lenses_data.stages.base`) for flows: one global shard (0).
 
     Ingest orders, deduplicates and shards all sources together, so it is one unit of work; the
@@ -295,15 +296,7 @@ class IngestStage:
     reads = ("ingest.sources",)
     writes = tuple(CandidateImage.model_fields)
 
-    def __init__(self, config: PipelineConfig) -> None:
-        self.config = config
-
-    def input_shards(self, run: Path) -> list[int]:
-        return [0]
-
-    def process_shard(self, run: Path, shard: int) -> ShardStats:
-        if shard_done(Path(run), STAGE, shard):
-            return ShardStats(stage=STAGE, shard=shard, skipped=True)
+    def run_shard(self, run: Path, shard: int) -> ShardStats:
         summary = ingest_sources(self.config.ingest.sources, run, self.config)
         log.info("%s", summary.format())
         rejected = sum(summary.rejected.values())

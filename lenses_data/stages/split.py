@@ -24,10 +24,10 @@ from typing import Any
 import pandas as pd
 
 from lenses_data import io
-from lenses_data.config import PipelineConfig
 from lenses_data.config.dedupe import SplitConfig
 from lenses_data.schemas import SPLIT_NAMES, DedupeRecord, FilterDecision, SplitAssignment
-from lenses_data.stages.base import ShardStats, check_columns, shard_done, summarize
+from lenses_data.stages.base import ShardStats, check_columns, summarize
+from lenses_data.stages.global_base import GlobalStage
 
 STAGE = "split"
 LEAKAGE = "leakage.json"
@@ -90,27 +90,18 @@ def leakage_report(assignment: pd.DataFrame, pairs: pd.DataFrame) -> dict[str, A
     return report
 
 
-class SplitStage:
+class SplitStage(GlobalStage):
     name = STAGE
     # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.stages.settings_guard).
     output_settings = ("dedupe_before_filter", "split")
     input_stage = "dedupe"
     reads = ("image_id", "group_id", "split_group_id", "kept")
     writes = tuple(SplitAssignment.model_fields)
+    needs_finished_input = True
 
-    def __init__(self, config: PipelineConfig) -> None:
-        self.config = config
-
-    def input_shards(self, run: Path) -> list[int]:
-        io.stage_shards(run, "dedupe")  # clear error when dedupe has not finished
-        return [0]
-
-    def process_shard(self, run: Path, shard: int) -> ShardStats:
+    def run_shard(self, run: Path, shard: int) -> ShardStats:
         from lenses_data.dedupe.pairs import read_pairs
 
-        run = Path(run)
-        if shard_done(run, STAGE, shard):
-            return ShardStats(stage=STAGE, shard=shard, skipped=True)
         survivors, source = load_survivors(run, self.config.split)
         assignment = assign_splits(survivors, self.config.split)
         report = leakage_report(assignment, read_pairs(run))
