@@ -77,6 +77,11 @@ def _acquire(key: _Key, stage_name: str, config: PipelineConfig) -> Stage:
         _close(item)
     if stage is None:
         stage = build_stage(stage_name, config)
+        try:
+            stage.setup()
+        except BaseException:
+            stage.close()
+            raise
         with _lock:
             _stages[key] = stage
             _busy.add(key)
@@ -107,6 +112,4 @@ def release_worker_stages(token: str) -> int:
 
 
 def _close(stage: Stage) -> None:
-    client = getattr(stage, "client", None)
-    if client is not None:
-        client.close()
+    stage.close()

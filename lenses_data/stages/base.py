@@ -73,6 +73,10 @@ class Stage(Protocol):
 
     def finish(self, run: Path, shards: list[int], stats: list[ShardStats]) -> dict[str, Any]: ...
 
+    def setup(self) -> None: ...
+
+    def close(self) -> None: ...
+
 
 class ColumnMismatch(ValueError):
     """A shard's columns differ from what its stage declares (`reads`, `writes`): a bug, not data."""
@@ -229,6 +233,21 @@ class ShardedStage:
     def __init__(self, config: PipelineConfig, client: AnswerClient | None = None) -> None:
         self.config = config
         self.client = client
+
+    def setup(self) -> None:
+        """Nothing to open: the model client comes built (`registry.build_stage`) or injected."""
+
+    def close(self) -> None:
+        """Release what the stage holds: its model client (and the client's journal), if any."""
+        if self.client is not None:
+            self.client.close()
+
+    def __enter__(self) -> ShardedStage:
+        self.setup()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def answer_client(self) -> AnswerClient:
         """The injected model client; a stage built without one (`with_client=False`) asks no model."""

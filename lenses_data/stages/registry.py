@@ -65,11 +65,10 @@ def build_stage(name: str, config: PipelineConfig, *, with_client: bool = True) 
 
 @contextlib.contextmanager
 def open_stage(name: str, config: PipelineConfig, *, with_client: bool = True) -> Iterator[Stage]:
-    """A stage whose model client (and its journal) is closed when the block ends."""
+    """A stage set up for the block and closed when it ends (its model client and journal released)."""
     stage = build_stage(name, config, with_client=with_client)
     try:
+        stage.setup()
         yield stage
     finally:
-        client = getattr(stage, "client", None)
-        if client is not None:
-            client.close()
+        stage.close()
