@@ -169,7 +169,8 @@ class ExportStage(GlobalStage):
     output_settings = ("export",)
     input_stage = FINAL_STAGE
     reads = tuple(LensText.model_fields)
-    writes = (
+    writes = ()  # no output shard: export writes the named tables and folders below
+    output_files = (
         "images.parquet",
         "captions.parquet",
         "prompts.parquet",

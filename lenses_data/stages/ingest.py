@@ -293,7 +293,8 @@ class IngestStage(GlobalStage):
         "ingest.folder_skip_suffixes",
     )
     input_stage = None
-    reads = ("ingest.sources",)
+    reads = ()  # no input frame: the images come from the configured sources
+    sources_setting = "ingest.sources"  # the config path naming those sources
     writes = tuple(CandidateImage.model_fields)
 
     def run_shard(self, run: Path, shard: int) -> ShardStats:
