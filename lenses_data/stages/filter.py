@@ -8,6 +8,7 @@ code and the raw answer. The paper reports about 10% passing; the stage reports 
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from lenses_data.config.roles import ROLE_OF_STAGE, role_settings
 from lenses_data.models.types import AnswerClient, ModelRequest
 from lenses_data.schemas import CandidateImage, DedupeRecord, FilterDecision
 from lenses_data.stages._annotate import records_frame, rejections_frame
-from lenses_data.stages.base import ShardedStage
+from lenses_data.stages.annotation_base import AnnotationStage
 
 STAGE = "filter"
 ROLE = ROLE_OF_STAGE[STAGE]
@@ -45,10 +46,12 @@ def parse_answer(raw: str) -> str:
     return parse_filter_answer(raw)
 
 
-class FilterStage(ShardedStage):
+class FilterStage(AnnotationStage):
     """Shard i of ingest -> shard i of filter; only dedupe survivors when dedupe runs first."""
 
     name = STAGE
+    role = ROLE
+    template = TEMPLATE
     # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.stages.settings_guard).
     output_settings = (
         "dedupe_before_filter",
@@ -86,35 +89,33 @@ class FilterStage(ShardedStage):
 
     def annotate_frame(self, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         """Candidate images (image_id, path) -> (FilterDecision rows, rejections), asking `self.client`."""
-        rows = df.to_dict(orient="records")
-        results = (
-            self.answer_client().run_sync([build_request(r) for r in rows], parse_answer) if rows else []
-        )
-        prompt_hash = get_template(TEMPLATE).hash
-        decisions, rejected = [], []
-        for row, result in zip(rows, results, strict=True):
-            image_id = row["image_id"]
-            if not result.ok:
-                rejected.append(failed_result_rejection(STAGE, image_id, result, image_id))
-                continue
-            decision = result.value
-            decisions.append(
-                {
-                    "image_id": image_id,
-                    "decision": decision,
-                    "passed": decision == "YES",
-                    "raw": result.raw or "",
-                    "model": result.model,
-                    "prompt_hash": prompt_hash,
-                    "simulated": bool(result.simulated),
-                }
-            )
-            if decision != "YES":
-                message = "Listing 1 answered NO: no clearly different non-literal readings"
-                rejected.append(
-                    rejection(STAGE, image_id, REJECT_NO, message, image_id=image_id, raw=result.raw)
-                )
+        decisions, rejected = self.annotate_rows(df.to_dict(orient="records"))
         return records_frame(decisions, FilterDecision), rejections_frame(rejected)
+
+    def build_request(self, unit: dict[str, Any]) -> ModelRequest:
+        return build_request(unit)
+
+    def parse_answer(self, raw: str, shape: Hashable) -> str:
+        return parse_answer(raw)
+
+    def failed_rejection(self, unit: dict[str, Any], request: ModelRequest, result: Any) -> dict[str, Any]:
+        return failed_result_rejection(STAGE, unit["image_id"], result, unit["image_id"])
+
+    def to_rows(self, unit: dict[str, Any], result: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        image_id, decision = unit["image_id"], result.value
+        row = {
+            "image_id": image_id,
+            "decision": decision,
+            "passed": decision == "YES",
+            "raw": result.raw or "",
+            "model": result.model,
+            "prompt_hash": get_template(TEMPLATE).hash,
+            "simulated": bool(result.simulated),
+        }
+        if decision == "YES":
+            return [row], []
+        message = "Listing 1 answered NO: no clearly different non-literal readings"
+        return [row], [rejection(STAGE, image_id, REJECT_NO, message, image_id=image_id, raw=result.raw)]
 
     def extra_stats(self, run: Path) -> dict[str, Any]:
         decisions = io.read_stage(run, STAGE, FilterDecision, require_complete=False)

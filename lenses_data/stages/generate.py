@@ -8,6 +8,7 @@ answer item becomes one `LensText` row; a failed answer is one rejection with it
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from lenses_data.stages._annotate import (
     rejections_frame,
     split_lookup,
 )
-from lenses_data.stages.base import ShardedStage
+from lenses_data.stages.annotation_base import AnnotationStage
 
 STAGE = "generate"
 ROLE = ROLE_OF_STAGE[STAGE]
@@ -100,10 +101,12 @@ def _drop_repeated_ids(texts: list[dict[str, Any]]) -> tuple[list[dict[str, Any]
     return kept, rejected
 
 
-class GenerateStage(ShardedStage):
+class GenerateStage(AnnotationStage):
     """Shard i of filter (passed images that the split stage kept) -> shard i of generate."""
 
     name = STAGE
+    role = ROLE
+    template = ""  # one per kind: TEMPLATE_OF_KIND
     # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.stages.settings_guard).
     output_settings = (
         "annotate.kinds",
@@ -149,26 +152,41 @@ class GenerateStage(ShardedStage):
 
     def annotate_frame(self, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         """Selected images (image_id, path, split) -> (LensText rows, rejections), asking `self.client`."""
-        settings = self.config.annotate
-        rows = df.to_dict(orient="records")
-        texts: list[dict[str, Any]] = []
-        rejected: list[dict[str, Any]] = []
-        for kind in settings.kinds:
-            jobs = [(row, c) for row in rows for c in range(settings.candidates_per_image)]
-            requests = [build_request(row, kind, c, settings) for row, c in jobs]
-            results = (
-                self.answer_client().run_sync(requests, lambda raw, k=kind: parse_answer(raw, k, settings))
-                if jobs
-                else []
-            )
-            for (row, candidate), request, result in zip(jobs, requests, results, strict=True):
-                if result.ok:
-                    texts.extend(answer_rows(row, kind, candidate, result))
-                else:
-                    rejected.append(failed_result_rejection(STAGE, request.key, result, row["image_id"]))
-        texts, duplicates = _drop_repeated_ids(texts)
-        rejected.extend(duplicates)
+        texts, rejected = self.annotate_rows(df.to_dict(orient="records"))
         return records_frame(texts, LensText), rejections_frame(rejected)
+
+    def units(self, rows: list[dict[str, Any]]) -> list[Any]:
+        """One request per image, kind and candidate index (kind outermost: one client call per kind)."""
+        settings = self.config.annotate
+        return [
+            (row, kind, candidate)
+            for kind in settings.kinds
+            for row in rows
+            for candidate in range(settings.candidates_per_image)
+        ]
+
+    def build_request(self, unit: tuple[dict[str, Any], str, int]) -> ModelRequest:
+        row, kind, candidate = unit
+        return build_request(row, kind, candidate, self.config.annotate)
+
+    def answer_shape(self, unit: tuple[dict[str, Any], str, int]) -> Hashable:
+        return unit[1]  # the kind: its answers share a parser
+
+    def parse_answer(self, raw: str, shape: Hashable) -> list[dict[str, str]]:
+        return parse_answer(raw, str(shape), self.config.annotate)
+
+    def failed_rejection(self, unit: Any, request: ModelRequest, result: Any) -> dict[str, Any]:
+        return failed_result_rejection(STAGE, request.key, result, unit[0]["image_id"])
+
+    def to_rows(self, unit: Any, result: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        row, kind, candidate = unit
+        return answer_rows(row, kind, candidate, result), []
+
+    def after_answers(
+        self, kept: list[dict[str, Any]], rejected: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        kept, duplicates = _drop_repeated_ids(kept)
+        return kept, rejected + duplicates
 
     def extra_stats(self, run: Path) -> dict[str, Any]:
         texts = io.read_stage(run, STAGE, LensText, require_complete=False)

@@ -25,13 +25,15 @@ from lenses_data.annotation.validation import TEXT_VALIDATOR, validate_rows
 from lenses_data.config.roles import role_settings
 from lenses_data.schemas import LensText
 from lenses_data.stages._annotate import lens_text_rows, records_frame, rejections_frame
-from lenses_data.stages.base import ShardedStage
+from lenses_data.stages.annotation_base import AnnotationStage
 
 STAGE = "validate"
 
 
-class ValidateStage(ShardedStage):
+class ValidateStage(AnnotationStage):
     name = STAGE
+    role = TEXT_VALIDATOR.role
+    template = TEXT_VALIDATOR.template
     # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.stages.settings_guard).
     output_settings = (
         "annotate",
@@ -54,8 +56,10 @@ class ValidateStage(ShardedStage):
 
     def annotate_frame(self, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         """Rule-checked LensText rows -> (validated rows, rejections), asking `self.client`."""
-        rows = lens_text_rows(df)
-        kept, rejected = validate_rows(
-            rows, self.answer_client() if rows else None, self.config.annotate, TEXT_VALIDATOR, {}
-        )
+        kept, rejected = self.annotate_rows(lens_text_rows(df))
         return records_frame(kept, LensText), rejections_frame(rejected)
+
+    def annotate_rows(self, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Batched per image and kind, a bad batch re-asked item by item (the validators' loop)."""
+        client = self.answer_client() if rows else None
+        return validate_rows(rows, client, self.config.annotate, TEXT_VALIDATOR, {})

@@ -21,13 +21,15 @@ from lenses_data.annotation.validation import VISUAL_VALIDATOR, validate_rows
 from lenses_data.config.roles import role_settings
 from lenses_data.schemas import LensText
 from lenses_data.stages._annotate import ingest_paths, lens_text_rows, records_frame, rejections_frame
-from lenses_data.stages.base import ShardedStage
+from lenses_data.stages.annotation_base import AnnotationStage
 
 STAGE = "visual_validate"
 
 
-class VisualValidateStage(ShardedStage):
+class VisualValidateStage(AnnotationStage):
     name = STAGE
+    role = VISUAL_VALIDATOR.role
+    template = VISUAL_VALIDATOR.template
     # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.stages.settings_guard).
     output_settings = (
         "annotate",
@@ -72,6 +74,12 @@ class VisualValidateStage(ShardedStage):
             if not paths.get(r["image_id"])
         ]
         sendable = [r for r in checked if paths.get(r["image_id"])]
-        client = self.answer_client() if sendable else None
-        kept, failures = validate_rows(sendable, client, settings, VISUAL_VALIDATOR, paths)
+        kept, failures = self.annotate_rows(sendable, paths)
         return records_frame(passthrough + kept, LensText), rejections_frame(rejected + failures)
+
+    def annotate_rows(
+        self, rows: list[dict[str, Any]], paths: dict[str, str] | None = None
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Batched per image and kind with the image, a bad batch re-asked item by item."""
+        client = self.answer_client() if rows else None
+        return validate_rows(rows, client, self.config.annotate, VISUAL_VALIDATOR, paths or {})
