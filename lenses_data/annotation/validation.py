@@ -6,6 +6,7 @@ for the rules in words). A `Validator` names the listing, role and stage of one 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,7 @@ from lenses_data.config.annotate import AnnotateConfig
 from lenses_data.config.roles import ROLE_OF_STAGE
 from lenses_data.ids import stable_hash
 from lenses_data.models import types as codes
-from lenses_data.models.types import AnswerClient, ModelRequest
+from lenses_data.models.types import ModelRequest
 
 VALIDATOR_DISCARDED = "validator_discarded"
 FIXED_FIELD_CHANGED = "fixed_field_changed"
@@ -135,31 +136,18 @@ def recheck(
     return rejecting
 
 
-def _run_batches(batches, client, v, paths):
-    requests = [build_request(b, v, paths.get(b[0]["image_id"])) for b in batches]
-    parsers = {r.key: (b[0]["kind"], len(b)) for r, b in zip(requests, batches, strict=True)}
-    # One parse function for all requests: it must know each request's expected count, so the
-    # requests of one call share (kind, size); group them accordingly.
-    results: dict[str, Any] = {}
-    for shape in set(parsers.values()):
-        chosen = [r for r in requests if parsers[r.key] == shape]
-        answers = client.run_sync(chosen, lambda raw, s=shape: parse_answer(raw, s[0], s[1]))
-        results.update({r.key: a for r, a in zip(chosen, answers, strict=True)})
-    return [results[r.key] for r in requests]
+# Asks the model about batches of rows: one answer (a ModelResult) per batch, in order. The stage's
+# (`lenses_data.stages.annotation_base.AnnotationStage.ask`), so the request loop is written once.
+AskBatches = Callable[[list[list[dict[str, Any]]]], list[Any]]
 
 
 def validate_rows(
-    rows: list[dict[str, Any]],
-    client: AnswerClient | None,
-    settings: AnnotateConfig,
-    v: Validator,
-    paths: dict[str, str],
+    rows: list[dict[str, Any]], ask: AskBatches, settings: AnnotateConfig, v: Validator
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Validate rows batch-wise, falling back to single items for unusable batch answers (`client`
-    may be None only when there are no rows)."""
+    """Validate rows batch-wise, falling back to single items for unusable batch answers."""
     batches = make_batches(rows, settings.validation_batch_size)
     kept, rejected, retry = [], [], []
-    for batch, result in zip(batches, _run_batches(batches, client, v, paths), strict=True):
+    for batch, result in zip(batches, ask(batches), strict=True):
         if result.ok and len(batch) > 1 and _misordered(batch, result.value):
             retry.extend([row] for row in batch)  # right items, wrong order: ask item by item
         elif result.ok:
@@ -170,7 +158,7 @@ def validate_rows(
             rejected.extend(
                 failed_result_rejection(v.stage, r["text_id"], result, r["image_id"]) for r in batch
             )
-    for batch, result in zip(retry, _run_batches(retry, client, v, paths), strict=True):
+    for batch, result in zip(retry, ask(retry), strict=True):
         if result.ok:
             _apply_all(batch, result, v, settings, kept, rejected)
         else:

@@ -7,8 +7,8 @@ Hooks where a stage genuinely differs, each a small override rather than a copy 
 `units` (what one request is about: a row, or generate's row x kind x candidate), `answer_shape`
 (requests sharing a parse function are asked together), `failed_rejection` (the row naming a
 failed call) and `after_answers` (generate drops a repeated item). The validators batch several
-texts per request and re-ask a bad batch item by item: they override `annotate_rows` with
-`lenses_data.annotation.validation.validate_rows`.
+texts per request (a unit is a batch) and re-ask a bad batch item by item: they override
+`annotate_rows` with `lenses_data.annotation.validation.validate_rows`, which asks through `ask_units`.
 """
 
 from __future__ import annotations
@@ -67,6 +67,10 @@ class AnnotationStage(ShardedStage):
             for index, answer in zip(indices, answers, strict=True):
                 results[index] = answer
         return results
+
+    def ask_units(self, units: list[Any]) -> list[Any]:
+        """Answers about `units`, in order (the validators hand this to `validate_rows`)."""
+        return self.ask(units, [self.build_request(unit) for unit in units])
 
     def annotate_rows(self, rows: Rows) -> tuple[Rows, Rows]:
         """The one loop: units -> requests -> answers, zipped back; a failed call is a rejection."""

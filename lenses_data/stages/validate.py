@@ -15,14 +15,17 @@ The machinery, shared with visual validation, is `lenses_data.annotation.validat
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from lenses_data.annotation import validation
 from lenses_data.annotation.prompts import get_template
 from lenses_data.annotation.validation import TEXT_VALIDATOR, validate_rows
 from lenses_data.config.roles import role_settings
+from lenses_data.models.types import ModelRequest
 from lenses_data.schemas import LensText
 from lenses_data.stages._annotate import lens_text_rows, records_frame, rejections_frame
 from lenses_data.stages.annotation_base import AnnotationStage
@@ -61,5 +64,14 @@ class ValidateStage(AnnotationStage):
 
     def annotate_rows(self, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Batched per image and kind, a bad batch re-asked item by item (the validators' loop)."""
-        client = self.answer_client() if rows else None
-        return validate_rows(rows, client, self.config.annotate, TEXT_VALIDATOR, {})
+        return validate_rows(rows, self.ask_units, self.config.annotate, TEXT_VALIDATOR)
+
+    def build_request(self, unit: list[dict[str, Any]]) -> ModelRequest:
+        return validation.build_request(unit, TEXT_VALIDATOR)
+
+    def answer_shape(self, unit: list[dict[str, Any]]) -> Hashable:
+        return (unit[0]["kind"], len(unit))  # the parser checks the kind and the item count
+
+    def parse_answer(self, raw: str, shape: Hashable) -> list[dict[str, str]]:
+        kind, count = shape  # type: ignore[misc]
+        return validation.parse_answer(raw, kind, count)

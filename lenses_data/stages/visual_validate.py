@@ -10,15 +10,18 @@ output is the final text set of every split.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from lenses_data.annotation import validation
 from lenses_data.annotation.prompts import get_template
 from lenses_data.annotation.rejection_rows import rejection
 from lenses_data.annotation.validation import VISUAL_VALIDATOR, validate_rows
 from lenses_data.config.roles import role_settings
+from lenses_data.models.types import ModelRequest
 from lenses_data.schemas import LensText
 from lenses_data.stages._annotate import ingest_paths, lens_text_rows, records_frame, rejections_frame
 from lenses_data.stages.annotation_base import AnnotationStage
@@ -81,5 +84,20 @@ class VisualValidateStage(AnnotationStage):
         self, rows: list[dict[str, Any]], paths: dict[str, str] | None = None
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Batched per image and kind with the image, a bad batch re-asked item by item."""
-        client = self.answer_client() if rows else None
-        return validate_rows(rows, client, self.config.annotate, VISUAL_VALIDATOR, paths or {})
+        paths = paths or {}
+
+        def ask(batches: list[list[dict[str, Any]]]) -> list[Any]:
+            requests = [self.build_request(b, paths.get(b[0]["image_id"])) for b in batches]
+            return self.ask(batches, requests)
+
+        return validate_rows(rows, ask, self.config.annotate, VISUAL_VALIDATOR)
+
+    def build_request(self, unit: list[dict[str, Any]], image_path: str | None = None) -> ModelRequest:
+        return validation.build_request(unit, VISUAL_VALIDATOR, image_path)
+
+    def answer_shape(self, unit: list[dict[str, Any]]) -> Hashable:
+        return (unit[0]["kind"], len(unit))  # the parser checks the kind and the item count
+
+    def parse_answer(self, raw: str, shape: Hashable) -> list[dict[str, str]]:
+        kind, count = shape  # type: ignore[misc]
+        return validation.parse_answer(raw, kind, count)
