@@ -54,3 +54,18 @@ def test_open_stage_closes_a_global_stage_without_a_client():
     with open_stage("split", PipelineConfig()) as stage:
         assert isinstance(stage, GlobalStage)
     stage.close()  # closing twice is harmless: nothing is held
+
+
+def test_open_stage_closes_a_stage_whose_setup_failed(monkeypatch):
+    from lenses_data.stages.split import SplitStage
+
+    closed = []
+
+    def failing_setup(self):
+        raise OSError("could not open")
+
+    monkeypatch.setattr(SplitStage, "setup", failing_setup)
+    monkeypatch.setattr(SplitStage, "close", lambda self: closed.append(self.name))
+    with pytest.raises(OSError, match="could not open"), open_stage("split", PipelineConfig()):
+        pass
+    assert closed == ["split"]
