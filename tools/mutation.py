@@ -115,7 +115,10 @@ def statuses(module: str) -> dict[str, str]:
 
 def report(module: str, outcome: dict[str, str]) -> float:
     """Print the survivors and the score; returns the score in percent."""
-    equivalent = equivalent_mutants(module) & outcome.keys()
+    listed = equivalent_mutants(module)
+    equivalent = listed & outcome.keys()
+    for name in sorted(listed - outcome.keys()):  # mutmut numbers mutants per function: code moved
+        print(f"  stale equivalent entry (no such mutant now; re-check the table): {name}")
     counted = {name: status for name, status in outcome.items() if name not in equivalent}
     killed = sum(status in KILLED for status in counted.values())
     for name, status in sorted(counted.items()):

@@ -31,6 +31,12 @@ class FlakyStage:
         self.calls: list[int] = []
         self.lock = threading.Lock()
 
+    def setup(self) -> None:  # nothing to open: the protocol's setup and close are no-ops here
+        pass
+
+    def close(self) -> None:
+        pass
+
     def input_shards(self, run: Path) -> list[int]:
         return [0, 1]
 

@@ -303,3 +303,20 @@ def test_fsync_group_commit_journals_every_answer(sim_url: str, tmp_path: Path) 
     stored = {e.key: e.raw for e in journal.entries()}
     journal.close()
     assert stored == {r.key: r.raw for r in results} and all(r.ok for r in results)
+
+
+@pytest.mark.parametrize("count", [3, 4, 5])
+def test_the_refusal_names_three_files_and_counts_the_rest(tmp_path: Path, count: int) -> None:
+    root = tmp_path / "journal"
+    names = [f"answers-1-{n}.jsonl" for n in range(count)]
+    for name in names:
+        _single_file_journal(root, name)
+    with pytest.raises(RuntimeError) as refused:
+        list(read_run_journal(tmp_path))
+    shown = ", ".join(str(root / name) for name in sorted(names)[:3])
+    more = f" and {count - 3} more" if count > 3 else ""
+    assert str(refused.value) == (
+        f"{shown}{more}: a single-file journal of a run made before per-shard journals "
+        "(journal/<stage>/part-NNNNN.jsonl), which this version does not read. Finish that run with the "
+        "version that started it, or move these files away to ask their requests again."
+    )

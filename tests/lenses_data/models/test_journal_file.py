@@ -80,3 +80,42 @@ def test_an_answer_too_late_for_a_closed_journal_names_the_file_and_what_happens
     assert str(lost.value) == (
         f"journal {path} is closed with 2 answer(s) not written: they are asked again on a rerun"
     )
+
+
+def test_the_journal_is_utf8_whatever_the_locale(tmp_path: Path) -> None:
+    """Answers in any script survive a process whose locale encoding is ASCII (a bare container's
+    C locale with Python's UTF-8 mode and locale coercion off): the file is written and read as UTF-8."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; from pathlib import Path\n"
+        "from lenses_data.models.journal import JournalEntry, ShardJournal, read_run_journal, shard_journal_path\n"
+        "run = Path(sys.argv[1]); raw = 'caf\\u00e9, \\u65e5\\u672c\\u8a9e, \\u2713'\n"  # ASCII argv
+        "j = ShardJournal(shard_journal_path(run, 'filter', 0))\n"
+        "j.put(JournalEntry(hash='h', key='k', role='filter', model='m', status='ok', raw=raw))\n"
+        "j.close()\n"
+        "assert [e.raw for e in read_run_journal(run)] == [raw]\n"
+        "import locale; print(locale.getpreferredencoding(False))\n"
+    )
+    # The code under test, mutated or not (mutmut runs the tests from its own copy of the source).
+    source_root = str(Path(journal_module.__file__).resolve().parents[2])
+    env = {
+        **os.environ,
+        "PYTHONPATH": source_root,
+        "LC_ALL": "C",
+        "PYTHONUTF8": "0",
+        "PYTHONCOERCECLOCALE": "0",
+        "PYTHONIOENCODING": "utf-8",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "utf" not in done.stdout.lower()  # the process's locale really was not UTF-8
+    raw = shard_journal_path(tmp_path, "filter", 0).read_bytes()
+    assert "café, 日本語, ✓".encode() in raw  # written as UTF-8, not escaped
+    # The same reader and writer in this process too (mutmut picks a mutant's tests by what they call
+    # in-process; the child above runs the mutant it is told of through the inherited environment).
+    ShardJournal(shard_journal_path(tmp_path, "filter", 0)).close()
+    assert [entry.raw for entry in journal_module.read_run_journal(tmp_path)] == ["café, 日本語, ✓"]

@@ -254,3 +254,44 @@ def test_a_stage_alone_with_outputs_but_no_record_warns_and_goes_on(tmp_path: Pa
         f"run directory {tmp_path} predates the settings guard (no {SETTINGS_FILE} in dedupe): "
         "its outputs are kept unchecked"
     ]
+
+
+def test_a_stage_alone_at_either_end_of_a_finished_run_records_what_it_recorded(tmp_path: Path):
+    config = _config(tmp_path)
+    order = _finish(tmp_path, config, pipeline_order(config))
+    for stage in (order[0], order[-1]):  # no stage before the first; no stage after the last
+        assert check_stage_settings(tmp_path, config, order, stage) == json.loads(
+            settings_path(tmp_path, stage).read_text()
+        )
+
+
+def _started_only(run: Path, stage: str) -> None:
+    """Keep a stage's settings record, drop its outputs: started, no shard written yet."""
+    for path in (run / stage).iterdir():
+        if path.name != SETTINGS_FILE:
+            path.unlink()
+
+
+def test_a_next_stage_started_without_outputs_is_not_judged(tmp_path: Path):
+    order = _finish(
+        tmp_path, _config(tmp_path, split={"seed": "a"}), ["ingest", "dedupe", "filter", "split", "generate"]
+    )
+    _started_only(tmp_path, "split")
+    _started_only(tmp_path, "generate")
+    entry = check_stage_settings(tmp_path, _config(tmp_path, split={"seed": "b"}), order, "split")
+    assert entry["inputs"]["split.seed"] == "b"
+
+
+def test_a_stage_alone_started_with_other_settings_names_its_change_at_the_next_stage(tmp_path: Path):
+    """split started (its record, no shard) and generate made from it; split alone with another
+    seed would leave generate's texts made from the old split: the stop names generate and the seed."""
+    order = _finish(
+        tmp_path, _config(tmp_path, split={"seed": "a"}), ["ingest", "dedupe", "filter", "split", "generate"]
+    )
+    _started_only(tmp_path, "split")
+    with pytest.raises(SettingsChanged) as stopped:
+        check_stage_settings(tmp_path, _config(tmp_path, split={"seed": "b"}), order, "split")
+    assert str(stopped.value) == (
+        f'stage generate in {tmp_path} was produced with other settings: split.seed "a" -> "b". '
+        f"Use a new run directory, or delete {tmp_path / 'generate'} to redo it with the new settings"
+    )
