@@ -57,3 +57,20 @@ def prefect_server(
     with prefect_server_process(home, free_port(), env) as (api_url, _):
         print(f"\nprefect server on PostgreSQL healthy in {time.monotonic() - started:.1f} s")
         yield api_url, home
+
+
+@pytest.fixture
+def built(monkeypatch: pytest.MonkeyPatch) -> list:
+    """Every stage the worker-stage cache builds, in order (real stages, real clients): the cache's
+    tests (test_worker_stages.py, test_worker_stage_cache.py) read what it built."""
+    from flows import worker_stages
+    from lenses_data.stages.registry import build_stage
+
+    stages: list = []
+
+    def building(name, config):
+        stages.append(build_stage(name, config))
+        return stages[-1]
+
+    monkeypatch.setattr(worker_stages, "build_stage", building)
+    return stages

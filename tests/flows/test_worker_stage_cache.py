@@ -18,19 +18,6 @@ from flows import worker_stages
 from flows.worker_stages import discard_worker_stage, release_worker_stages, worker_stage
 from lenses_data.config import PipelineConfig, config_from_dict
 from lenses_data.stages.base import Stage
-from lenses_data.stages.registry import build_stage
-
-
-@pytest.fixture
-def built(monkeypatch: pytest.MonkeyPatch) -> list[Stage]:
-    stages: list[Stage] = []
-
-    def building(name: str, config: PipelineConfig) -> Stage:
-        stages.append(build_stage(name, config))
-        return stages[-1]
-
-    monkeypatch.setattr(worker_stages, "build_stage", building)
-    return stages
 
 
 @pytest.fixture

@@ -19,8 +19,6 @@ from lenses_data.models import probe
 from lenses_data.models.journal import shard_journal_path
 from lenses_data.schemas import LensText
 from lenses_data.stages._annotate import rejections_frame
-from lenses_data.stages.base import Stage
-from lenses_data.stages.registry import build_stage
 from tests.lenses_data.models.fakeserver import FakeServer, serving
 from tests.lenses_data.stages.annotate_rows import frame, lens_row
 
@@ -36,19 +34,6 @@ def _fresh_probe_cache():
     probe.forget()
     yield
     probe.forget()
-
-
-@pytest.fixture
-def built(monkeypatch: pytest.MonkeyPatch) -> list[Stage]:
-    """Every stage the worker cache builds, in order (real stages, real clients)."""
-    stages: list[Stage] = []
-
-    def building(name: str, config: PipelineConfig) -> Stage:
-        stages.append(build_stage(name, config))
-        return stages[-1]
-
-    monkeypatch.setattr(worker_stages, "build_stage", building)
-    return stages
 
 
 def _rules_run(run: Path, shards: int) -> Path:
