@@ -32,11 +32,19 @@ def sample_pool(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Flows and blocks in tests use a temporary SQLite-backed Prefect API, started once per session."""
-    from prefect.settings import PREFECT_HOME, temporary_settings
+    """Flows and blocks in tests use a temporary SQLite-backed Prefect API, started once per session.
+
+    With LENSES_TEST_PREFECT_API_URL set, they use that server instead: `make mutation` starts one for
+    all of a module's mutants, each of which is a pytest session of its own."""
+    from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
     from prefect.testing.utilities import prefect_test_harness
 
     home = tmp_path_factory.mktemp("prefect-home")
+    shared = os.environ.get("LENSES_TEST_PREFECT_API_URL")
+    if shared:
+        with temporary_settings({PREFECT_HOME: str(home), PREFECT_API_URL: shared}):
+            yield
+        return
     with temporary_settings({PREFECT_HOME: str(home)}), prefect_test_harness(server_startup_timeout=120):
         yield
 

@@ -14,16 +14,25 @@ test count as survivors.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import sys
+import tempfile
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "testing.md"
 FAST = ["-m", "not slow"]
 MODELS = "tests/lenses_data/models"
+# The one client test that starts a Prefect server (12 s a mutant); it tests keys.py's Secret block.
+NO_SECRET_BLOCK = [
+    "--deselect",
+    f"{MODELS}/test_client_inputs.py::test_api_key_from_a_saved_prefect_secret_block_reaches_the_server",
+]
 
 # The fast tests that exercise each module (the ones that decide what is lost or doubled).
 TESTS: dict[str, list[str]] = {
@@ -44,12 +53,14 @@ TESTS: dict[str, list[str]] = {
         f"{MODELS}/test_client_inputs.py",
         f"{MODELS}/test_requests_shape.py",
         f"{MODELS}/test_probe.py",
+        *NO_SECRET_BLOCK,
     ],
     "lenses_data/models/calls.py": [
         f"{MODELS}/test_client_faults.py",
         f"{MODELS}/test_client_outage.py",
         f"{MODELS}/test_client_inputs.py",
         f"{MODELS}/test_journal.py",
+        *NO_SECRET_BLOCK,
     ],
     "lenses_data/models/endpoints.py": [
         f"{MODELS}/test_backoff.py",
@@ -69,14 +80,27 @@ TESTS: dict[str, list[str]] = {
         "tests/lenses_data/stages/test_settings_guard.py",
         "tests/lenses_data/stages/test_settings_guard_runs.py",
     ],
+    # Every stage runs through the base: all the stage tests but the export's Hugging Face layout.
     "lenses_data/stages/base.py": [
-        "tests/lenses_data/stages/test_rules_stage.py",
-        "tests/lenses_data/stages/test_filter.py",
-        "tests/lenses_data/stages/test_validate.py",
+        "tests/lenses_data/stages",
+        "--ignore",
+        "tests/lenses_data/stages/test_hf_dataset.py",
     ],
     "flows/worker_stages.py": ["tests/flows/test_worker_stages.py", "tests/flows/test_worker_stage_cache.py"],
-    "flows/stages.py": ["tests/flows/test_worker_stages.py", "tests/flows/test_build_flow.py"],
+    # Prefect flow code: its tests are flow runs (marked slow), run against one Prefect server for the
+    # whole mutation run instead of a test harness started per mutant (`PREFECT_SERVER_MODULES`).
+    "flows/stages.py": [
+        "tests/flows/test_worker_stages.py",
+        "tests/flows/test_retries.py",
+        "tests/flows/test_stage_flows.py",
+    ],
 }
+
+# Modules whose selected tests include slow ones (flow runs); the others run the fast tests only.
+WITH_SLOW = {"flows/stages.py"}
+# Modules whose tests need a Prefect API: one `prefect server start` serves every mutant
+# (tests/conftest.py's `prefect_harness` uses LENSES_TEST_PREFECT_API_URL when it is set).
+PREFECT_SERVER_MODULES = {"flows/stages.py"}
 
 KILLED = {"killed", "timeout", "segfault", "caught by type check"}
 
@@ -90,17 +114,59 @@ def equivalent_mutants(module: str) -> set[str]:
     return {name for name in names if name.startswith(prefix)}
 
 
-def run_mutmut(module: str, fresh: bool) -> None:
-    """Mutate `module` only and run mutmut in this process with one worker."""
+def run_mutmut(module: str, fresh: bool, names: list[str] | None = None) -> None:
+    """Mutate `module` only and run mutmut in this process with one worker.
+
+    `names`: rerun only these mutants, with the tests' coverage collected again (so tests added since
+    the last run are tried on them); every other mutant keeps its verdict."""
     from mutmut import __main__ as mutmut_main
     from mutmut.configuration import config
 
     settings = config()
     settings.only_mutate = [module]
-    settings.pytest_add_cli_args_test_selection = [*TESTS[module], *FAST]
+    settings.pytest_add_cli_args_test_selection = [*TESTS[module], *([] if module in WITH_SLOW else FAST)]
     if fresh:
         shutil.rmtree("mutants", ignore_errors=True)
-    mutmut_main._run([], max_children=1)
+    if names:
+        Path("mutants/mutmut-stats.json").unlink(missing_ok=True)
+    with prefect_api(module in PREFECT_SERVER_MODULES):
+        mutmut_main._run(names or [], max_children=1)
+
+
+@contextmanager
+def prefect_api(wanted: bool) -> Iterator[None]:
+    """One Prefect server for every mutant's tests, its URL in LENSES_TEST_PREFECT_API_URL."""
+    if not wanted:
+        yield
+        return
+    sys.path.insert(0, str(REPO))
+    from lenses_data.simulator.simulator import free_port
+    from tests.flows.conftest import prefect_env
+    from tests.support.prefect_server import prefect_server_process
+
+    with tempfile.TemporaryDirectory(prefix="mutation-prefect-") as home:
+        env = prefect_env(Path(home))
+        with prefect_server_process(Path(home), free_port(), env) as (api_url, _):
+            os.environ["LENSES_TEST_PREFECT_API_URL"] = api_url
+            try:
+                yield
+            finally:
+                os.environ.pop("LENSES_TEST_PREFECT_API_URL", None)
+
+
+def last_survivors(module: str) -> list[str]:
+    """The last run's mutants that were neither killed nor listed as equivalent."""
+    listed = equivalent_mutants(module)
+    return sorted(n for n, status in statuses(module).items() if status not in KILLED and n not in listed)
+
+
+def dump_survivors(module: str, path: Path) -> None:
+    """Every survivor's diff in one file, to read or to hand to whoever writes the killing test."""
+    from mutmut.mutation.diff_apply import get_diff_for_mutant
+
+    with path.open("w") as out:
+        for name in last_survivors(module):
+            out.write(f"# {name}\n{get_diff_for_mutant(name, path=module)}\n\n")
 
 
 def statuses(module: str) -> dict[str, str]:
@@ -139,10 +205,23 @@ def main(argv: list[str] | None = None) -> int:
         "--keep", action="store_true", help="reuse mutants/ from the last run (mutmut's cache)"
     )
     parser.add_argument("--report-only", action="store_true", help="print the last run's result")
+    parser.add_argument(
+        "--survivors",
+        action="store_true",
+        help="rerun only the last run's survivors against today's tests (new tests included)",
+    )
+    parser.add_argument("--dump", type=Path, help="write each survivor's diff to this file")
     args = parser.parse_args(argv)
-    if not args.report_only:
+    if args.survivors:
+        names = last_survivors(args.module)
+        print(f"rerunning {len(names)} survivors of the last run")
+        if names:
+            run_mutmut(args.module, fresh=False, names=names)
+    elif not args.report_only:
         run_mutmut(args.module, fresh=not args.keep)
     report(args.module, statuses(args.module))
+    if args.dump:
+        dump_survivors(args.module, args.dump)
     return 0
 
 
