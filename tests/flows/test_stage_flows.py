@@ -1,0 +1,235 @@
+"""The per-stage flows (`flows.stages`) as a deployment runs them: one task run per shard or per group
+of shards, named after its shards; a shard whose outputs exist ends "Skipped"; retries from the
+config; progress, table and banner on the stage's flow run; the summary returned; a failing stage
+returned as a Failed state that carries the original error; the worker stages released.
+
+The stage is a double (tests/flows/test_retries.py's, made a model stage here) so each flow run
+takes about a second against the session's Prefect API."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+import flows.stages
+from flows import worker_stages
+from flows.failures import FLOW_RETRIES, stage_of
+from flows.reporting import stage_key, summary_markdown
+from lenses_data import io
+from lenses_data.models.progress import simulated_banner
+from lenses_data.stages.base import ShardStats
+from lenses_data.stages.registry import STAGES
+from tests.flows.prefect_api import run_artifacts, run_logs, stage_task_runs
+from tests.flows.test_retries import FlakyStage
+
+STAGE = "generate"  # a model stage: it gets a progress artifact
+
+
+class ShardedStage(FlakyStage):
+    """`shards` shards; one whose output is on disk is skipped, the others count 3 in, 2 out, 1 rejected."""
+
+    def __init__(self, shards: int, failures: int = 0, error: type[Exception] = RuntimeError):
+        super().__init__(failures, error)
+        self.name = STAGE
+        self.shards = shards
+
+    def input_shards(self, run: Path) -> list[int]:
+        return list(range(self.shards))
+
+    def process_shard(self, run: Path, shard: int) -> ShardStats:
+        if io.shard_path(run, self.name, shard).exists():
+            return ShardStats(stage=self.name, shard=shard, skipped=True)
+        super().process_shard(run, shard)
+        extra = {"simulated_answers": 2}
+        return ShardStats(self.name, shard, 3, 2, 1, reasons={"too short": 1}, extra=extra)
+
+
+class Calls:
+    """What the flow code asked of the pieces around it, recorded while the real ones run."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, stage: ShardedStage):
+        self.builds: list[tuple[str, bool]] = []
+        self.progress: list[tuple] = []
+        self.started: list = []
+        self.released: list[tuple[str, int]] = []
+
+        def build(name, config, *, with_client=True):
+            self.builds.append((name, with_client))
+            return stage
+
+        def start(run_dir, name):
+            self.started.append(real_start(run_dir, name))
+            return self.started[-1]
+
+        def update(*args):
+            self.progress.append(args)
+            real_update(*args)
+
+        def release(token):
+            self.released.append((token, real_release(token)))
+            return self.released[-1][1]
+
+        real_start, real_update = flows.stages.start_progress, flows.stages.update_progress
+        real_release = flows.stages.release_worker_stages
+        monkeypatch.setattr(flows.stages, "build_stage", build)
+        monkeypatch.setattr(worker_stages, "build_stage", build)
+        monkeypatch.setattr(flows.stages, "start_progress", start)
+        monkeypatch.setattr(flows.stages, "update_progress", update)
+        monkeypatch.setattr(flows.stages, "release_worker_stages", release)
+
+
+def _overrides(shards_per_task: int) -> dict:
+    retries = {"task_retries": 3, "retry_delay_s": 7, "shards_per_task": shards_per_task}
+    return {"orchestration": retries}
+
+
+def _run(run: Path, shards_per_task: int):
+    """The stage's flow, made anew so that the flow definition itself is what is tested."""
+    stage_flow = flows.stages._stage_flow(STAGE)
+    state = stage_flow(run_dir=str(run), overrides=_overrides(shards_per_task), return_state=True)
+    return state, state.state_details.flow_run_id
+
+
+def _tasks(flow_run_id) -> dict[str, tuple[str, str | None]]:
+    """Task run name -> (state name, state message) for the stage's shard tasks."""
+    return {r.name: (r.state.name, r.state.message) for r in stage_task_runs(flow_run_id)}
+
+
+def _flow_run_names(flow_run_id) -> tuple[str, list[str]]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    children = FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[flow_run_id]))
+    with get_client(sync_client=True) as client:
+        own = client.read_flow_run(flow_run_id).name
+        return own, [r.name for r in client.read_flow_runs(flow_run_filter=children)]
+
+
+SKIPPED = ("Skipped", "outputs already on disk")
+DONE = ("Completed", "")
+
+
+@pytest.mark.slow
+def test_a_stage_flow_runs_one_task_per_shard_and_skips_the_shards_on_disk(
+    prefect_harness, tmp_path, monkeypatch
+):
+    run = tmp_path / "nightly"
+    stage = ShardedStage(shards=3)
+    calls = Calls(monkeypatch, stage)
+    state, flow_run_id = _run(run, shards_per_task=1)
+
+    summary = state.result()
+    assert summary == {
+        "stage": STAGE,
+        "shards": 3,
+        "shards_skipped": 0,
+        "records_in": 9,
+        "records_out": 6,
+        "rejected": 3,
+        "reasons": {"too short": 3},
+        "simulated_answers": 6,
+    }
+    assert _flow_run_names(flow_run_id) == ("nightly-generate", ["nightly-generate-shards"])
+    names = [f"{STAGE}-shard-{shard:05d}" for shard in range(3)]
+    assert _tasks(flow_run_id) == dict.fromkeys(names, DONE)
+    policies = {
+        (r.empirical_policy.retries, r.empirical_policy.retry_delay) for r in stage_task_runs(flow_run_id)
+    }
+    assert policies == {(3, 7)}
+    assert sorted(stage.calls) == [0, 1, 2]
+    # The listing stage asks no model; each worker thread built its own, all released at the end.
+    assert calls.builds[0] == (STAGE, False) and set(calls.builds[1:]) == {(STAGE, True)}
+    [(token, released)] = calls.released
+    assert re.fullmatch(r"[0-9a-f]{32}", token) and released == len(calls.builds) - 1
+    [progress] = calls.started
+    assert calls.progress == [(str(progress), STAGE, done, 3) for done in (1, 2, 3)]
+    # The stage's table and banner go on the run a user opened.
+    table = run_artifacts(flow_run_id)[stage_key(str(run), STAGE)]
+    assert table.data == summary_markdown(summary)
+    banner = f"{STAGE}: {simulated_banner(6)}"
+    assert [log.message for log in run_logs(flow_run_id) if log.message == banner] == [banner]
+
+    io.shard_path(run, STAGE, 1).unlink()  # a deleted output is rebuilt, the others are skipped
+    state, rerun_id = _run(run, shards_per_task=1)
+    assert state.result()["shards_skipped"] == 2
+    assert _tasks(rerun_id) == {names[0]: SKIPPED, names[1]: DONE, names[2]: SKIPPED}
+    assert sorted(stage.calls) == [0, 1, 1, 2]
+
+
+@pytest.mark.slow
+def test_grouped_shards_run_as_one_task_each_skipped_only_when_every_shard_is(
+    prefect_harness, tmp_path, monkeypatch
+):
+    run = tmp_path / "nightly"
+    stage = ShardedStage(shards=3)
+    calls = Calls(monkeypatch, stage)
+    state, flow_run_id = _run(run, shards_per_task=2)
+    assert state.result()["shards"] == 3
+    first, second = f"{STAGE}-shards-00000-00001", f"{STAGE}-shards-00002-00002"
+    assert _tasks(flow_run_id) == {first: DONE, second: DONE}
+    assert {
+        (r.empirical_policy.retries, r.empirical_policy.retry_delay) for r in stage_task_runs(flow_run_id)
+    } == {(3, 7)}
+    [progress] = calls.started  # after each task, every shard of the tasks finished so far
+    assert [args[:2] + args[3:] for args in calls.progress] == [(str(progress), STAGE, 3)] * 2
+    assert [args[2] for args in calls.progress] in ([1, 3], [2, 3])
+
+    io.shard_path(run, STAGE, 0).unlink()
+    state, rerun_id = _run(run, shards_per_task=2)
+    summary = state.result()
+    assert (summary["shards"], summary["shards_skipped"], summary["records_in"]) == (3, 2, 3)
+    assert _tasks(rerun_id) == {first: DONE, second: SKIPPED}
+    assert sorted(stage.calls) == [0, 0, 1, 2]
+
+
+@pytest.mark.slow
+def test_a_failing_stage_is_returned_failed_with_its_error_and_releases_its_workers(
+    prefect_harness, tmp_path, monkeypatch
+):
+    from lenses_data.config import config_from_dict
+
+    stage = ShardedStage(shards=2, failures=5, error=ValueError)  # permanent: not retried
+    calls = Calls(monkeypatch, stage)
+    config = config_from_dict({"run_dir": str(tmp_path), "orchestration": {"task_retries": 2}}, environ={})
+    state = flows.stages.stage_shards_flow(STAGE, config, return_state=True)
+    assert state.is_failed()
+    assert state.message == f"stage {STAGE}: ValueError: simulated crash of a shard task"
+    error = state.result(raise_on_failure=False)
+    assert type(error) is ValueError and stage_of(error) == STAGE
+    assert stage.calls.count(0) == 1
+    [(token, _)] = calls.released
+    assert re.fullmatch(r"[0-9a-f]{32}", token)
+    assert not any(key.token == token for key in worker_stages._stages)
+
+
+def test_shard_task_options_are_the_configs_retries() -> None:
+    from lenses_data.config import config_from_dict
+
+    config = config_from_dict({"orchestration": {"task_retries": 4, "retry_delay_s": 9}}, environ={})
+    assert flows.stages.shard_task_options(config.orchestration) == {"retries": 4, "retry_delay_seconds": 9}
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_each_stage_flow_is_named_documented_and_takes_the_run_parameters(stage, monkeypatch) -> None:
+    from prefect.runtime import flow_run
+
+    monkeypatch.setitem(flow_run.FIELDS, "parameters", lambda: {"run_dir": "/data/nightly"})
+    for stage_flow in (getattr(flows.stages, f"{stage}_flow"), flows.stages._stage_flow(stage)):
+        assert stage_flow.name == stage.replace("_", "-")
+        assert stage_flow.fn.__name__ == f"{stage}_flow"
+        assert stage_flow.fn.__doc__ == flows.stages.STAGE_FLOW_DOC.format(stage=stage)
+        assert stage_flow.description == inspect.cleandoc(stage_flow.fn.__doc__)
+        assert f"Run the `{stage}` stage" in stage_flow.description
+        assert stage_flow.flow_run_name() == f"nightly-{stage.replace('_', '-')}"
+        assert (stage_flow.retries, stage_flow.log_prints, stage_flow.should_validate_parameters) == (
+            FLOW_RETRIES,
+            True,
+            True,
+        )
+        schema = stage_flow.parameters
+        assert list(schema.properties) == ["config_path", "run_dir", "overrides"]
+        assert not schema.required
+        assert all(schema.properties[name].get("default", None) is None for name in schema.properties)
