@@ -20,6 +20,7 @@ from flows.failures import FLOW_RETRIES, stage_of
 from flows.reporting import stage_key, summary_markdown
 from lenses_data import io
 from lenses_data.models.progress import simulated_banner
+from lenses_data.runlock import read_owner
 from lenses_data.stages.base import ShardStats
 from lenses_data.stages.registry import STAGES
 from tests.flows.prefect_api import run_artifacts, run_logs, stage_task_runs
@@ -35,8 +36,10 @@ class ShardedStage(FlakyStage):
         super().__init__(failures, error)
         self.name = STAGE
         self.shards = shards
+        self.owners: list[dict | None] = []  # the run lock's owner file while the stage lists its shards
 
     def input_shards(self, run: Path) -> list[int]:
+        self.owners.append(read_owner(run))
         return list(range(self.shards))
 
     def process_shard(self, run: Path, shard: int) -> ShardStats:
@@ -81,15 +84,14 @@ class Calls:
         monkeypatch.setattr(flows.stages, "release_worker_stages", release)
 
 
-def _overrides(shards_per_task: int) -> dict:
-    retries = {"task_retries": 3, "retry_delay_s": 7, "shards_per_task": shards_per_task}
-    return {"orchestration": retries}
-
-
 def _run(run: Path, shards_per_task: int):
-    """The stage's flow, made anew so that the flow definition itself is what is tested."""
+    """The stage's flow, made anew so that the flow definition itself is what is tested; the retries
+    come from the config file, the grouping from the overrides, the run directory from its parameter."""
+    config_path = run.parent / "config.yaml"
+    config_path.write_text("orchestration:\n  task_retries: 3\n  retry_delay_s: 7\n")
+    overrides = {"orchestration": {"shards_per_task": shards_per_task}}
     stage_flow = flows.stages._stage_flow(STAGE)
-    state = stage_flow(run_dir=str(run), overrides=_overrides(shards_per_task), return_state=True)
+    state = stage_flow(str(config_path), str(run), overrides, return_state=True)
     return state, state.state_details.flow_run_id
 
 
@@ -140,6 +142,7 @@ def test_a_stage_flow_runs_one_task_per_shard_and_skips_the_shards_on_disk(
     }
     assert policies == {(3, 7)}
     assert sorted(stage.calls) == [0, 1, 2]
+    assert [owner["flow_run_id"] for owner in stage.owners] == [str(flow_run_id)]  # who holds the run
     # The listing stage asks no model; each worker thread built its own, all released at the end.
     assert calls.builds[0] == (STAGE, False) and set(calls.builds[1:]) == {(STAGE, True)}
     [(token, released)] = calls.released
@@ -214,10 +217,15 @@ def test_shard_task_options_are_the_configs_retries() -> None:
 
 @pytest.mark.parametrize("stage", STAGES)
 def test_each_stage_flow_is_named_documented_and_takes_the_run_parameters(stage, monkeypatch) -> None:
+    """Also with Prefect's default flow retries set: a stage flow never retries a failed stage
+    (a rerun resumes from disk instead; test_retries.py runs that)."""
     from prefect.runtime import flow_run
+    from prefect.settings import PREFECT_FLOWS_DEFAULT_RETRIES, temporary_settings
 
     monkeypatch.setitem(flow_run.FIELDS, "parameters", lambda: {"run_dir": "/data/nightly"})
-    for stage_flow in (getattr(flows.stages, f"{stage}_flow"), flows.stages._stage_flow(stage)):
+    with temporary_settings({PREFECT_FLOWS_DEFAULT_RETRIES: 2}):
+        fresh = flows.stages._stage_flow(stage)
+    for stage_flow in (getattr(flows.stages, f"{stage}_flow"), fresh):
         assert stage_flow.name == stage.replace("_", "-")
         assert stage_flow.fn.__name__ == f"{stage}_flow"
         assert stage_flow.fn.__doc__ == flows.stages.STAGE_FLOW_DOC.format(stage=stage)
