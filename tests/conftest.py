@@ -42,6 +42,12 @@ def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     home = tmp_path_factory.mktemp("prefect-home")
     shared = os.environ.get("LENSES_TEST_PREFECT_API_URL")
     if shared:
+        from prefect.logging.configuration import setup_logging
+
+        # mutmut's fork server imported Prefect while collecting the tests, so Prefect's console
+        # handler writes to that session's captured stderr, closed since: every flow run's log line
+        # then failed the test (found in flows/stages.py's first mutation run). New handlers here.
+        setup_logging(incremental=False)
         with temporary_settings({PREFECT_HOME: str(home), PREFECT_API_URL: shared}):
             yield
         return
