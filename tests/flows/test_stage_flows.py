@@ -17,6 +17,7 @@ import pytest
 import flows.stages
 from flows import worker_stages
 from flows.failures import FLOW_RETRIES, stage_of
+from flows.observers import observing
 from flows.reporting import stage_key, summary_markdown
 from lenses_data import io
 from lenses_data.models.progress import simulated_banner
@@ -84,6 +85,23 @@ class Calls:
         monkeypatch.setattr(flows.stages, "release_worker_stages", release)
 
 
+class Watcher:
+    """A stage observer registered by the caller of a flow (its shards sorted: tasks end in any order)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple] = []
+        self.shards: list[int] = []
+
+    def stage_started(self, stage: str, shards: int) -> None:
+        self.seen.append(("started", stage, shards))
+
+    def shard_finished(self, stage: str, stats: ShardStats) -> None:
+        self.shards.append((stage, stats.shard))
+
+    def stage_finished(self, summary: dict) -> None:
+        self.seen += [("shard", *item) for item in sorted(self.shards)] + [("finished", summary)]
+
+
 def _run(run: Path, shards_per_task: int):
     """The stage's flow, made anew so that the flow definition itself is what is tested; the retries
     come from the config file, the grouping from the overrides, the run directory from its parameter."""
@@ -121,7 +139,8 @@ def test_a_stage_flow_runs_one_task_per_shard_and_skips_the_shards_on_disk(
     run = tmp_path / "nightly"
     stage = ShardedStage(shards=3)
     calls = Calls(monkeypatch, stage)
-    state, flow_run_id = _run(run, shards_per_task=1)
+    with observing(Watcher()) as watcher:  # what `lenses run`'s progress display is told
+        state, flow_run_id = _run(run, shards_per_task=1)
 
     summary = state.result()
     assert summary == {
@@ -134,6 +153,8 @@ def test_a_stage_flow_runs_one_task_per_shard_and_skips_the_shards_on_disk(
         "reasons": {"too short": 3},
         "simulated_answers": 6,
     }
+    shards = [("shard", STAGE, shard) for shard in range(3)]
+    assert watcher.seen == [("started", STAGE, 3), *shards, ("finished", summary)]
     assert _flow_run_names(flow_run_id) == ("nightly-generate", ["nightly-generate-shards"])
     names = [f"{STAGE}-shard-{shard:05d}" for shard in range(3)]
     assert _tasks(flow_run_id) == dict.fromkeys(names, DONE)
