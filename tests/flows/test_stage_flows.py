@@ -38,9 +38,14 @@ class ShardedStage(FlakyStage):
         self.name = STAGE
         self.shards = shards
         self.owners: list[dict | None] = []  # the run lock's owner file while the stage lists its shards
+        self.runners: list[tuple[str, int]] = []  # the task runner the shards were listed under
 
     def input_shards(self, run: Path) -> list[int]:
+        from prefect.context import FlowRunContext
+
         self.owners.append(read_owner(run))
+        runner = FlowRunContext.get().task_runner  # the stage subflow's (private: no public getter)
+        self.runners.append((type(runner).__name__, runner._max_workers))
         return list(range(self.shards))
 
     def process_shard(self, run: Path, shard: int) -> ShardStats:
@@ -106,7 +111,7 @@ def _run(run: Path, shards_per_task: int):
     """The stage's flow, made anew so that the flow definition itself is what is tested; the retries
     come from the config file, the grouping from the overrides, the run directory from its parameter."""
     config_path = run.parent / "config.yaml"
-    config_path.write_text("orchestration:\n  task_retries: 3\n  retry_delay_s: 7\n")
+    config_path.write_text("orchestration:\n  task_retries: 3\n  retry_delay_s: 7\n  max_workers: 3\n")
     overrides = {"orchestration": {"shards_per_task": shards_per_task}}
     stage_flow = flows.stages._stage_flow(STAGE)
     state = stage_flow(str(config_path), str(run), overrides, return_state=True)
@@ -164,6 +169,7 @@ def test_a_stage_flow_runs_one_task_per_shard_and_skips_the_shards_on_disk(
     assert policies == {(3, 7)}
     assert sorted(stage.calls) == [0, 1, 2]
     assert [owner["flow_run_id"] for owner in stage.owners] == [str(flow_run_id)]  # who holds the run
+    assert stage.runners == [("ThreadPoolTaskRunner", 3)]  # the config's, not Prefect's default
     # The listing stage asks no model; each worker thread built its own, all released at the end.
     assert calls.builds[0] == (STAGE, False) and set(calls.builds[1:]) == {(STAGE, True)}
     [(token, released)] = calls.released
