@@ -180,7 +180,8 @@ def test_a_stage_flow_runs_one_task_per_shard_and_skips_the_shards_on_disk(
     table = run_artifacts(flow_run_id)[stage_key(str(run), STAGE)]
     assert table.data == summary_markdown(summary)
     banner = f"{STAGE}: {simulated_banner(6)}"
-    assert [log.message for log in run_logs(flow_run_id) if log.message == banner] == [banner]
+    # Once, from the run's own logger (not only through the lenses_data log bridge).
+    assert [log.name for log in run_logs(flow_run_id) if log.message == banner] == ["prefect.flow_runs"]
 
     io.shard_path(run, STAGE, 1).unlink()  # a deleted output is rebuilt, the others are skipped
     state, rerun_id = _run(run, shards_per_task=1)
