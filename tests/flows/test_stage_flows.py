@@ -201,6 +201,8 @@ def test_grouped_shards_run_as_one_task_each_skipped_only_when_every_shard_is(
     assert state.result()["shards"] == 3
     first, second = f"{STAGE}-shards-00000-00001", f"{STAGE}-shards-00002-00002"
     assert _tasks(flow_run_id) == {first: DONE, second: DONE}
+    [(_, released)] = calls.released  # every worker's stage, built for this stage run's token
+    assert released == len(calls.builds) - 1 >= 1
     assert {
         (r.empirical_policy.retries, r.empirical_policy.retry_delay) for r in stage_task_runs(flow_run_id)
     } == {(3, 7)}
