@@ -60,13 +60,13 @@ class Calls:
     """What the flow code asked of the pieces around it, recorded while the real ones run."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, stage: ShardedStage):
-        self.builds: list[tuple[str, bool]] = []
+        self.builds: list[tuple[str, str, bool]] = []  # (stage, the config's run directory name, client)
         self.progress: list[tuple] = []
         self.started: list = []
         self.released: list[tuple[str, int]] = []
 
         def build(name, config, *, with_client=True):
-            self.builds.append((name, with_client))
+            self.builds.append((name, Path(config.run_dir).name, with_client))
             return stage
 
         def start(run_dir, name):
@@ -171,7 +171,9 @@ def test_a_stage_flow_runs_one_task_per_shard_and_skips_the_shards_on_disk(
     assert [owner["flow_run_id"] for owner in stage.owners] == [str(flow_run_id)]  # who holds the run
     assert stage.runners == [("ThreadPoolTaskRunner", 3)]  # the config's, not Prefect's default
     # The listing stage asks no model; each worker thread built its own, all released at the end.
-    assert calls.builds[0] == (STAGE, False) and set(calls.builds[1:]) == {(STAGE, True)}
+    assert calls.builds[0] == (STAGE, "nightly", False) and set(calls.builds[1:]) == {
+        (STAGE, "nightly", True)
+    }
     [(token, released)] = calls.released
     assert re.fullmatch(r"[0-9a-f]{32}", token) and released == len(calls.builds) - 1
     [progress] = calls.started
