@@ -14,15 +14,18 @@ test count as survivors.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import re
 import shutil
+import socket
 import sys
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "testing.md"
@@ -135,23 +138,43 @@ def run_mutmut(module: str, fresh: bool, names: list[str] | None = None) -> None
 
 @contextmanager
 def prefect_api(wanted: bool) -> Iterator[None]:
-    """One Prefect server for every mutant's tests, its URL in LENSES_TEST_PREFECT_API_URL."""
+    """One Prefect server for every mutant's tests, its URL in LENSES_TEST_PREFECT_API_URL.
+
+    Nothing of the project is imported here: a module loaded into mutmut's own process would be the
+    unmutated one, and the fork server would hand it to every mutant."""
     if not wanted:
         yield
         return
-    sys.path.insert(0, str(REPO))
-    from lenses_data.simulator.simulator import free_port
-    from tests.flows.conftest import prefect_env
-    from tests.support.prefect_server import prefect_server_process
-
+    server = _load_by_path(REPO / "tests" / "support" / "prefect_server.py")
     with tempfile.TemporaryDirectory(prefix="mutation-prefect-") as home:
-        env = prefect_env(Path(home))
-        with prefect_server_process(Path(home), free_port(), env) as (api_url, _):
+        env = {
+            **os.environ,
+            "PREFECT_HOME": home,
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{home}/prefect.db",
+            "PREFECT_UI_ENABLED": "false",
+        }
+        with server.prefect_server_process(Path(home), _free_port(), env) as (api_url, _):
             os.environ["LENSES_TEST_PREFECT_API_URL"] = api_url
             try:
                 yield
             finally:
                 os.environ.pop("LENSES_TEST_PREFECT_API_URL", None)
+
+
+def _load_by_path(path: Path) -> ModuleType:
+    """A helper file loaded under a private name, so no `tests` or `lenses_data` package is imported."""
+    spec = importlib.util.spec_from_file_location(f"_mutation_{path.stem}", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def last_survivors(module: str) -> list[str]:
