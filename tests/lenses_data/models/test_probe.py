@@ -294,3 +294,14 @@ def test_check_reports_a_missing_key_and_goes_on_to_the_next_role(sim_url: str, 
     )
     assert str(reports[0].error()).startswith(f"model role {roles[0]!r} at {sim_url}, {sim_url}/ cannot")
     assert [r.role for r in reports] == roles[:2] and reports[1].ok  # the next role is still probed
+
+
+def test_check_reports_a_dead_endpoint_with_its_error_class_and_message() -> None:
+    roles = list(probe.ROLE_NEEDS)
+    dead = [f"http://127.0.0.1:{free_port()}/v1", f"http://127.0.0.1:{free_port()}/v1"]
+    (report,) = probe.check_roles(sim_models_config(dead, max_attempts=2), roles[:1])
+    assert [(c.capability, c.status) for c in report.checks] == [("endpoint", "fail")]
+    assert report.checks[0].detail == (
+        f"model role {roles[0]!r}: endpoint {dead[0]}, {dead[1]} is unavailable "
+        "(transport_error: APIConnectionError: Connection error.). Nothing was sent; start or fix the server and rerun."
+    )
