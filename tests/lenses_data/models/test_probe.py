@@ -305,3 +305,25 @@ def test_check_reports_a_dead_endpoint_with_its_error_class_and_message() -> Non
         f"model role {roles[0]!r}: endpoint {dead[0]}, {dead[1]} is unavailable "
         "(transport_error: APIConnectionError: Connection error.). Nothing was sent; start or fix the server and rerun."
     )
+
+
+@pytest.mark.parametrize(
+    ("served", "detail"),
+    [
+        (("test/{role}",), "test/{role} is served"),
+        (
+            ("a", "b", "c", "d", "e"),
+            "test/{role} not in /models (a, b, c, d), but the server answers with it",
+        ),
+    ],
+)
+def test_a_real_server_s_model_check_says_whether_it_lists_the_model(served, detail) -> None:
+    from tests.lenses_data.models.fakeserver import FakeServer, serving
+
+    role = list(probe.ROLE_NEEDS)[0]
+    with serving(FakeServer(served=tuple(m.format(role=role) for m in served))) as url:
+        (report,) = probe.check_roles(sim_models_config([url]), [role])
+    assert report.simulated is False
+    assert [c for c in report.checks if c.capability == "model"] == [
+        probe.Check("model", "ok", detail.format(role=role))
+    ]
