@@ -76,7 +76,14 @@ TESTS: dict[str, list[str]] = {
         f"{MODELS}/test_production_serving.py",
         f"{MODELS}/test_requests_shape.py",
     ],
-    "lenses_data/models/probe.py": [f"{MODELS}/test_probe.py", f"{MODELS}/test_probe_context.py"],
+    "lenses_data/models/probe.py": [
+        f"{MODELS}/test_probe.py",
+        f"{MODELS}/test_probe_context.py",
+        f"{MODELS}/test_probe_report.py",
+        f"{MODELS}/test_client_outage.py",
+        f"{MODELS}/test_endpoint_readmit.py",
+        f"{MODELS}/test_prefix_cache.py",
+    ],
     "lenses_data/models/parsing.py": [f"{MODELS}/test_parsing.py", f"{MODELS}/test_parsing_edges.py"],
     "lenses_data/runlock.py": ["tests/lenses_data/test_runlock.py"],
     "lenses_data/stages/settings_guard.py": [

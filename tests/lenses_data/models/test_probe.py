@@ -248,3 +248,27 @@ def test_image_probe_sends_the_roles_processor_settings(simulator) -> None:
         kinds = [(part["type"], part.get("text")) for part in body["messages"][0]["content"]]
         slot = kinds.index(("image_url", None))
         assert kinds[slot - 1] == ("text", config.filter.image_placeholder) == ("text", "<image>")
+
+
+SERVER_AND_MODEL_OK = (
+    "server ok (no GET /version: the config's vllm_version decides (choice constraint as "
+    "structured_outputs)); model ok (the lenses simulator answers any model name); "
+)
+CHOICE_OK = "choice ok (structured_outputs choice honoured)"
+CHOICE_IGNORED = "choice fallback (structured_outputs choice ignored (answered 'PROBE-OMEGA, the scene invites more than'); tolerant parsing of free text)"
+
+
+@pytest.mark.parametrize(
+    ("faults", "level", "choice"),
+    [({}, "INFO", CHOICE_OK), ({"ignore_choice": True}, "WARNING", CHOICE_IGNORED)],
+)
+def test_the_shards_of_a_run_log_one_probe_line_with_every_check(
+    simulator, caplog, faults, level, choice
+) -> None:
+    caplog.set_level("INFO", logger="lenses_data.models.probe")
+    with simulator(server_faults=faults) as url, simulator(server_faults=faults) as other:
+        config = sim_models_config([url, other], probe=True)
+        for _ in range(3):  # three shards share the cached probe: one line, not three
+            ModelClient(config).run_sync(_choice_requests(2), parse_choice(CHOICES))
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "lenses_data.models.probe"]
+    assert lines == [(level, f"probe of role filter at {url}, {other}: {SERVER_AND_MODEL_OK}{choice}")]
