@@ -59,6 +59,7 @@ TESTS: dict[str, list[str]] = {
         *NO_SECRET_BLOCK,
     ],
     "lenses_data/models/calls.py": [
+        f"{MODELS}/test_calls_units.py",
         f"{MODELS}/test_client_faults.py",
         f"{MODELS}/test_client_outage.py",
         f"{MODELS}/test_client_inputs.py",
