@@ -3,15 +3,28 @@ choices into values or coded failures, finding a choice in free text, and replay
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from lenses_data.models import types as codes
-from lenses_data.models.calls import Completion, RoleRuntime, _parse_all, _replay, _tolerant
+from lenses_data.models.calls import (
+    Completion,
+    RoleRuntime,
+    _failed,
+    _image,
+    _journal,
+    _parse_all,
+    _replay,
+    _tolerant,
+    run_one,
+)
 from lenses_data.models.journal import JournalEntry, ShardJournal, shard_journal_path
+from lenses_data.models.messages import load_image
 from lenses_data.models.types import AnswerError, ModelRequest, ModelResult
 from lenses_data.simulator.testing import sim_models_config
 
@@ -154,3 +167,53 @@ def test_replay_gives_back_a_journaled_failure_whole(tmp_path: Path) -> None:
     rt = _journaled(tmp_path, "failed", "MAYBE", error_code=codes.INVALID_CHOICE, error_message="why")
     expected = _replayed(ok=False, raw="MAYBE", error_code=codes.INVALID_CHOICE, error_message="why")
     assert _replay(rt, request, str.strip, "h") == expected
+
+
+def test_failure_record_keeps_the_reason_and_the_model() -> None:
+    request = ModelRequest(key="k", role="filter", text="?")
+    expected = ModelResult(key="k", ok=False, error_code=codes.BAD_INPUT, error_message="why", model="org/m")
+    assert _failed(request, "org/m", codes.BAD_INPUT, "why") == expected
+
+
+def test_journal_writes_the_result_whole(tmp_path: Path) -> None:
+    written: list[JournalEntry] = []
+
+    async def put(entry: JournalEntry) -> None:
+        written.append(entry)
+
+    rt = _runtime(tmp_path, journal_put=put)
+    request = ModelRequest(key="k", role="filter", text="?")
+    result = _replayed(
+        ok=False, raw="MAYBE", error_code=codes.INVALID_CHOICE, error_message="why", simulated=True
+    )
+    asyncio.run(_journal(rt, request, result, "failed"))
+    [entry] = written
+    expected = JournalEntry(
+        hash="h",
+        key="k",
+        role="filter",
+        model="org/m",
+        status="failed",
+        raw="MAYBE",
+        error_code=codes.INVALID_CHOICE,
+        error_message="why",
+        attempts=3,
+        usage={"prompt_tokens": 5},
+        simulated=True,
+        created=entry.created,
+    )
+    assert entry == expected
+
+
+def test_a_lone_request_reads_its_image_and_an_unreadable_one_is_bad_input(tmp_path: Path) -> None:
+    image = tmp_path / "a.png"
+    Image.new("RGB", (8, 8), (10, 120, 200)).save(image)
+    rt = _runtime(tmp_path)  # no batch prefetch: the image is read in a thread
+    assert asyncio.run(_image(rt, str(image))) == load_image(str(image))
+    missing = str(tmp_path / "missing.png")
+    request = ModelRequest(key="k", role="filter", text="?", image_path=missing)
+    with pytest.raises(OSError) as caught:
+        load_image(missing)
+    got = asyncio.run(run_one(rt, request, str.strip, {}))
+    message = f"cannot read image {missing}: {caught.value}"
+    assert got == _failed(request, rt.role.model, codes.BAD_INPUT, message)
