@@ -60,6 +60,7 @@ TESTS: dict[str, list[str]] = {
     ],
     "lenses_data/models/calls.py": [
         f"{MODELS}/test_calls_units.py",
+        f"{MODELS}/test_calls_wire.py",
         f"{MODELS}/test_client_faults.py",
         f"{MODELS}/test_client_outage.py",
         f"{MODELS}/test_client_inputs.py",
