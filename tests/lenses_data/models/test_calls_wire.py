@@ -20,7 +20,7 @@ from starlette.routing import Route
 
 from lenses_data.models import calls
 from lenses_data.models import types as codes
-from lenses_data.models.calls import CallOutcome, RoleRuntime, _answer, _call
+from lenses_data.models.calls import CallOutcome, RoleRuntime, _answer, _call, run_one
 from lenses_data.models.endpoints import Endpoint, EndpointPool, make_endpoint
 from lenses_data.models.journal import JournalEntry
 from lenses_data.models.messages import (
@@ -31,6 +31,7 @@ from lenses_data.models.messages import (
     reask_messages,
     render_body,
     request_fields,
+    request_hash,
 )
 from lenses_data.models.types import AnswerError, ModelRequest, ModelResult
 from lenses_data.simulator.asgi_thread import serve_in_thread
@@ -57,9 +58,9 @@ class ScriptedServer:
         return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
 
 
-def _ok(content: str, usage: dict[str, int]) -> Reply:
+def _ok(content: str, usage: dict[str, int], **payload: Any) -> Reply:
     choice = {"message": {"content": content}, "finish_reason": "stop"}
-    return 200, {"choices": [choice], "usage": usage}, {}  # no "model": the role's name is kept
+    return 200, {"choices": [choice], "usage": usage, **payload}, {}  # no "model": the role's is kept
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> Reply:
@@ -196,7 +197,7 @@ def test_reask_repeats_the_answer_cut_to_the_context_and_sums_usage(scripted, tm
 
 def test_answer_with_no_room_to_reask_is_a_journaled_failure(scripted) -> None:
     usage = {"prompt_tokens": 300, "completion_tokens": 2}
-    server, url = scripted([_ok("BAD", usage)])
+    server, url = scripted([_ok("BAD", usage, system_fingerprint=codes.SIMULATOR_FINGERPRINT)])
     journaled: list[JournalEntry] = []
     rt = _runtime(url, journaled, max_reasks=2)
     rt.context_tokens = 300  # the prompt fills it: no re-ask fits
@@ -211,6 +212,7 @@ def test_answer_with_no_room_to_reask_is_a_journaled_failure(scripted) -> None:
         error_message="not good",
         attempts=1,
         model=rt.role.model,
+        simulated=True,
         usage=usage,
         request_hash="h",
     )
@@ -261,3 +263,34 @@ def test_call_ends_in_an_outage_naming_the_last_failure(scripted, delays) -> Non
     assert first.error_message == f"{down} (last failure: InternalServerError: Error code: 500 - boom)"
     assert again == CallOutcome(None, 0, codes.TRANSPORT_ERROR, down)
     assert len(server.bodies) == 1
+
+
+def test_run_one_sends_the_image_and_keys_the_answer_by_its_whole_request(scripted, tmp_path: Path) -> None:
+    server, url = scripted([_ok("GOOD", {"prompt_tokens": 3, "completion_tokens": 1})])
+    rt = _runtime(url, [])
+    image = _image(tmp_path)
+    path = str(tmp_path / "a.png")
+    request = ModelRequest(key="k", role="filter", text="Is it good?", image_path=path, choice=["GOOD", "BAD"])
+    inflight: dict[str, Any] = {}
+    result = _run(rt, run_one(rt, request, _good, inflight))
+
+    digest = request_hash(request, rt.role, image.sha256, rt.choice_style, rt.json_mode)
+    assert (result.ok, result.value, result.request_hash) == (True, "GOOD", digest)
+    fields = request_fields(request, rt.role, rt.choice_style, rt.json_mode)
+    messages = build_messages(request, IMAGE_SLOT, rt.json_mode, "<image>")
+    assert server.bodies == [json.loads(render_body(fields, messages, image.data_uri))]
+    assert inflight == {}  # nothing left for later requests to wait on
+
+
+def test_run_one_passes_a_parser_crash_through_and_leaves_nothing_in_flight(scripted) -> None:
+    server, url = scripted([_ok("GOOD", {"prompt_tokens": 3, "completion_tokens": 1})])
+    rt = _runtime(url, [])
+    inflight: dict[str, Any] = {}
+
+    def crash(text: str) -> str:
+        raise RuntimeError("a bug in the stage's parser")
+
+    request = ModelRequest(key="k", role="filter", text="Is it good?")
+    with pytest.raises(RuntimeError, match="a bug in the stage's parser"):
+        _run(rt, run_one(rt, request, crash, inflight))
+    assert inflight == {}
