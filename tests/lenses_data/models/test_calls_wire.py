@@ -270,7 +270,9 @@ def test_run_one_sends_the_image_and_keys_the_answer_by_its_whole_request(script
     rt = _runtime(url, [])
     image = _image(tmp_path)
     path = str(tmp_path / "a.png")
-    request = ModelRequest(key="k", role="filter", text="Is it good?", image_path=path, choice=["GOOD", "BAD"])
+    request = ModelRequest(
+        key="k", role="filter", text="Is it good?", image_path=path, choice=["GOOD", "BAD"]
+    )
     inflight: dict[str, Any] = {}
     result = _run(rt, run_one(rt, request, _good, inflight))
 
