@@ -100,7 +100,7 @@ TESTS: dict[str, list[str]] = {
     ],
     "flows/worker_stages.py": ["tests/flows/test_worker_stages.py", "tests/flows/test_worker_stage_cache.py"],
     # Prefect flow code: its tests are flow runs (marked slow), run against one Prefect server for the
-    # whole mutation run instead of a test harness started per mutant (`PREFECT_SERVER_MODULES`).
+    # whole mutation run instead of a test harness started per mutant (`FLOW_MODULES`).
     "flows/stages.py": [
         "tests/flows/test_worker_stages.py",
         "tests/flows/test_retries.py",
@@ -108,11 +108,10 @@ TESTS: dict[str, list[str]] = {
     ],
 }
 
-# Modules whose selected tests include slow ones (flow runs); the others run the fast tests only.
-WITH_SLOW = {"flows/stages.py"}
-# Modules whose tests need a Prefect API: one `prefect server start` serves every mutant
-# (tests/conftest.py's `prefect_harness` uses LENSES_TEST_PREFECT_API_URL when it is set).
-PREFECT_SERVER_MODULES = {"flows/stages.py"}
+# Flow modules: their selected tests include slow ones (flow runs; the others run the fast tests
+# only), and one `prefect server start` serves every mutant (tests/conftest.py's `prefect_harness`
+# uses LENSES_TEST_PREFECT_API_URL when it is set).
+FLOW_MODULES = {"flows/stages.py"}
 
 KILLED = {"killed", "timeout", "segfault", "caught by type check"}
 
@@ -136,12 +135,12 @@ def run_mutmut(module: str, fresh: bool, names: list[str] | None = None) -> None
 
     settings = config()
     settings.only_mutate = [module]
-    settings.pytest_add_cli_args_test_selection = [*TESTS[module], *([] if module in WITH_SLOW else FAST)]
+    settings.pytest_add_cli_args_test_selection = [*TESTS[module], *([] if module in FLOW_MODULES else FAST)]
     if fresh:
         shutil.rmtree("mutants", ignore_errors=True)
     if names:
         Path("mutants/mutmut-stats.json").unlink(missing_ok=True)
-    with prefect_api(module in PREFECT_SERVER_MODULES):
+    with prefect_api(module in FLOW_MODULES):
         mutmut_main._run(names or [], max_children=1)
 
 
@@ -156,13 +155,7 @@ def prefect_api(wanted: bool) -> Iterator[None]:
         return
     server = _load_by_path(REPO / "tests" / "support" / "prefect_server.py")
     with tempfile.TemporaryDirectory(prefix="mutation-prefect-") as home:
-        env = {
-            **os.environ,
-            "PREFECT_HOME": home,
-            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{home}/prefect.db",
-            "PREFECT_UI_ENABLED": "false",
-        }
+        env = server.prefect_env(Path(home))
         with server.prefect_server_process(Path(home), _free_port(), env) as (api_url, _):
             os.environ["LENSES_TEST_PREFECT_API_URL"] = api_url
             try:

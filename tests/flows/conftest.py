@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,31 +11,7 @@ import pytest
 
 from lenses_data.simulator.simulator import free_port
 from tests.support.postgres import PostgresServer, start_postgres
-from tests.support.prefect_server import prefect_server_process
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def prefect_env(home: Path, api_url: str | None = None) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        {
-            "PREFECT_HOME": str(home),
-            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{home}/prefect.db",
-            "PREFECT_SERVER_API_HOST": "127.0.0.1",
-            "PREFECT_UI_ENABLED": "false",
-            "PREFECT_LOGGING_LEVEL": "INFO",
-            # As docs/deploy.md starts the server: `prefect deployment run --watch` streams the run's logs.
-            "PREFECT_SERVER_LOGS_STREAM_OUT_ENABLED": "true",
-            "PREFECT_SERVER_LOGS_STREAM_PUBLISHING_ENABLED": "true",
-            "LENSES_HOME": str(REPO_ROOT),
-            "PYTHONPATH": str(REPO_ROOT),
-        }
-    )
-    if api_url:
-        env["PREFECT_API_URL"] = api_url
-    return env
+from tests.support.prefect_server import prefect_env, prefect_server_process
 
 
 @pytest.fixture(scope="session")

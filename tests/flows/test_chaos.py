@@ -23,7 +23,7 @@ import yaml
 
 from lenses_data.config.models import ROLES
 from lenses_data.simulator.testing import sim_stats, spawn_simulator
-from tests.flows.conftest import prefect_env
+from tests.support.prefect_server import prefect_env
 
 LENSES = str(Path(sys.executable).parent / "lenses")
 MAX_CONCURRENCY = 4

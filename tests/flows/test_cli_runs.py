@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.flows.conftest import prefect_env
+from tests.support.prefect_server import prefect_env
 
 LENSES = str(Path(sys.executable).parent / "lenses")
 

@@ -28,7 +28,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.flows.conftest import REPO_ROOT, prefect_env
+from tests.support.prefect_server import REPO_ROOT, prefect_env
 
 PREFECT = str(Path(sys.executable).parent / "prefect")
 FENCE = "`" * 3

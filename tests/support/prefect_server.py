@@ -1,11 +1,14 @@
 """`prefect server start` in its own process on 127.0.0.1, waited for until /api/health answers.
 
-Shared by the deployment tests' session fixture (tests/flows/conftest.py) and the fan-out benchmark
-(benchmarks/fanout_server.py); each passes the environment it needs (database URL, logging).
+Shared by the deployment tests' session fixture (tests/flows/conftest.py), the fan-out benchmark
+(benchmarks/fanout_server.py) and `make mutation`'s one server for flow modules (tools/mutation.py,
+which loads this file by path, so it imports nothing of the project); each passes the environment it
+needs (`prefect_env`, with its own database URL or logging on top).
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -14,6 +17,30 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def prefect_env(home: Path, api_url: str | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "PREFECT_HOME": str(home),
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{home}/prefect.db",
+            "PREFECT_SERVER_API_HOST": "127.0.0.1",
+            "PREFECT_UI_ENABLED": "false",
+            "PREFECT_LOGGING_LEVEL": "INFO",
+            # As docs/deploy.md starts the server: `prefect deployment run --watch` streams the run's logs.
+            "PREFECT_SERVER_LOGS_STREAM_OUT_ENABLED": "true",
+            "PREFECT_SERVER_LOGS_STREAM_PUBLISHING_ENABLED": "true",
+            "LENSES_HOME": str(REPO_ROOT),
+            "PYTHONPATH": str(REPO_ROOT),
+        }
+    )
+    if api_url:
+        env["PREFECT_API_URL"] = api_url
+    return env
 
 
 @contextmanager
