@@ -21,6 +21,7 @@ from starlette.routing import Route
 
 from lenses_data.config.models import RetryConfig
 from lenses_data.models import probe
+from lenses_data.models.dialect import ServerInfo
 from lenses_data.models.endpoints import make_endpoint
 from lenses_data.models.messages import default_json_mode
 from lenses_data.models.probe_requests import Check
@@ -108,7 +109,13 @@ def serving(*servers: Scripted) -> Iterator[list[str]]:
         yield [stack.enter_context(serve_in_thread(s.app(), what="scripted server")) for s in servers]
 
 
-def _probe(urls: list[str], retry: RetryConfig, down_wait_s: float = 0.0) -> probe.ProbeReport:
+def _probe(
+    urls: list[str],
+    retry: RetryConfig,
+    down_wait_s: float = 0.0,
+    json_mode: str = "json_schema",
+    choice_style: str = "structured_outputs",
+) -> probe.ProbeReport:
     """`probe_role` for the validator with no capability needs: the model check alone."""
     role = sim_models_config(urls).role(ROLE)
 
@@ -116,7 +123,7 @@ def _probe(urls: list[str], retry: RetryConfig, down_wait_s: float = 0.0) -> pro
         endpoints = [make_endpoint(url, "key", role.timeout_s, 1) for url in urls]
         try:
             return await probe.probe_role(
-                ROLE, role, endpoints, retry, (), "json_schema", "structured_outputs", down_wait_s
+                ROLE, role, endpoints, retry, (), json_mode, choice_style, down_wait_s
             )
         finally:
             for endpoint in endpoints:
@@ -144,12 +151,23 @@ NO_VERSION = "no GET /version: the config's vllm_version decides (choice constra
 def test_an_unlisted_model_is_asked_once_and_judged_by_the_answer(served, chat_status, expected) -> None:
     # Nothing else was asked (no needs): the model check sends the one plain request itself. An
     # answer means the server takes the name; a 401/404 (refused for every request) means it
-    # does not serve it; the report says which, with up to four of the names it does list.
+    # does not serve it; the report says which, with up to four of the names it does list. The
+    # modes the report hands the client are the ones asked for (no capability check changed them).
     server = Scripted(served=served, chat_status=chat_status)
     with serving(server) as urls:
-        report = _probe(urls, FAST_RETRY)
-    assert report.checks == [Check("server", "ok", NO_VERSION), expected]
-    assert report.ok is (expected.status == "ok") and report.simulated is False
+        report = _probe(urls, FAST_RETRY, json_mode="json_object", choice_style="guided_choice")
+    server_line = Check("server", "ok", NO_VERSION.replace("structured_outputs", "guided_choice"))
+    assert report == probe.ProbeReport(
+        ROLE,
+        tuple(urls),
+        MODEL,
+        "json_object",
+        "guided_choice",
+        simulated=False,
+        server=ServerInfo(None, None),
+        checks=[server_line, expected],
+    )
+    assert report.ok is (expected.status == "ok")
     assert server.calls == Counter(models=1, chat=1)
 
 
@@ -201,7 +219,11 @@ class FakeClock:
 
 
 def _down_message(text: str) -> str:
-    return f"InternalServerError: Error code: 503 - {text}"
+    """The listing's error text for a 503: the exception's class, then its text cut to 200."""
+    return f"InternalServerError: {('Error code: 503 - ' + text)[:200]}"
+
+
+LONG = "B restarting: " + "weights loading, " * 20  # past the 200 characters kept of an error
 
 
 @pytest.mark.parametrize(
@@ -222,16 +244,16 @@ def test_a_role_whose_endpoints_are_all_down_is_retried_then_waited_for(
     )
     first, second = (
         Scripted(models_status=503, message="A restarting"),
-        Scripted(models_status=503, message="B restarting"),
+        Scripted(models_status=503, message=LONG),
     )
     with serving(first, second) as urls, pytest.raises(EndpointUnavailable) as raised:
         _probe(urls, retry, down_wait_s=wait_s)
     # Every attempt asks every endpoint, in order; the error is the last endpoint's last answer.
     assert clock.sleeps == sleeps
     assert first.calls == second.calls == Counter(models=len(sleeps) + 1)
-    last = _down_message("B restarting")
+    last = _down_message(LONG)
     assert raised.value.message == (
-        f"model role {ROLE!r}: endpoint {urls[0]}, {urls[1]} is unavailable (server_error: {last}). "
+        f"model role {ROLE!r}: endpoint {urls[0]}, {urls[1]} is unavailable (server_error: {last[:200]}). "
         "Nothing was sent; start or fix the server and rerun."
     )
     assert (raised.value.urls, raised.value.code) == (tuple(urls), "server_error")
@@ -271,30 +293,47 @@ def test_the_listing_s_backoff_is_the_seeded_jitter_every_run_repeats(monkeypatc
     assert clock.sleeps == [2 ** (attempt - 1) * (1.0 - 0.5 * rng.random()) for attempt in (1, 2, 3)]
 
 
-def test_a_cached_report_lives_exactly_the_ttl(monkeypatch) -> None:
+def _cached(url: str, retry: RetryConfig, json_mode: str = "json_schema") -> probe.ProbeReport:
+    """`cached_probe` of the validator at `url` (no capability needs), on its own event loop as a
+    shard's client would."""
+    role = sim_models_config([url]).role(ROLE)
+
+    async def run() -> probe.ProbeReport:
+        endpoints = [make_endpoint(url, "key", role.timeout_s, 1)]
+        try:
+            return await probe.cached_probe(ROLE, role, endpoints, retry, (), json_mode, "structured_outputs")
+        finally:
+            await endpoints[0].close()
+
+    return asyncio.run(run())
+
+
+def test_a_cached_report_lives_exactly_the_ttl_for_the_same_settings(monkeypatch) -> None:
     clock = FakeClock(monkeypatch, now=1000.0)
     server = Scripted(served=(MODEL,))
-    with serving(server) as urls:
-        role = sim_models_config(urls).role(ROLE)
-
-        def cached() -> probe.ProbeReport:
-            async def run() -> probe.ProbeReport:
-                endpoints = [make_endpoint(urls[0], "key", role.timeout_s, 1)]
-                try:
-                    return await probe.cached_probe(
-                        ROLE, role, endpoints, FAST_RETRY, (), "json_schema", "structured_outputs"
-                    )
-                finally:
-                    await endpoints[0].close()
-
-            return asyncio.run(run())
-
-        first = cached()
+    with serving(server) as (url,):
+        first = _cached(url, FAST_RETRY)
         clock.now = 1000.0 + probe.CACHE_TTL_S - 0.001
-        assert cached() is first and server.calls["models"] == 1
+        assert _cached(url, FAST_RETRY) is first and server.calls["models"] == 1
+        other = _cached(url, FAST_RETRY, json_mode="json_object")  # other settings: probed for them
+        assert other.json_mode == "json_object" and server.calls["models"] == 2
         clock.now = 1000.0 + probe.CACHE_TTL_S  # expired: probed again
-        again = cached()
-    assert again is not first and again == first and server.calls["models"] == 2
+        again = _cached(url, FAST_RETRY)
+    assert again is not first and again == first and server.calls["models"] == 3
+
+
+def test_a_probe_before_work_waits_the_down_grace_and_never_caches_an_outage(monkeypatch) -> None:
+    # The shards of a build wait for a restarting replica (retry.down_grace_s) as their requests
+    # would; a probe that found the role down is not kept, so the next shard asks again.
+    clock = FakeClock(monkeypatch)
+    retry = RetryConfig(max_attempts=1, jitter=0.0, unhealthy_cooldown_s=2.0, down_grace_s=5.0)
+    server = Scripted(models_status=503)
+    with serving(server) as (url,):
+        for shard in (1, 2):
+            with pytest.raises(EndpointUnavailable):
+                _cached(url, retry)
+            assert server.calls["models"] == 4 * shard
+    assert clock.sleeps == [2.0, 2.0, 1.0] * 2
 
 
 @contextlib.contextmanager
@@ -345,3 +384,21 @@ def test_check_gives_a_hung_endpoint_the_role_s_timeout(monkeypatch) -> None:
         config.choice_style(ROLE),
         checks=[Check("endpoint", "fail", detail)],
     )
+
+
+def test_check_reports_a_down_role_at_once_without_the_down_grace() -> None:
+    # `lenses check` is asked by an operator now: a role whose server is down is reported after the
+    # run's retries, not waited for (the config's down_grace_s is 600 s).
+    server = Scripted(models_status=503, message="loading")
+    with serving(server) as (url,):
+        config = sim_models_config([url], max_attempts=2)
+        (report,) = probe.check_roles(config, [ROLE])
+    assert config.retry.down_grace_s == 600.0 and server.calls == Counter(models=2)
+    assert report.checks == [
+        Check(
+            "endpoint",
+            "fail",
+            f"model role {ROLE!r}: endpoint {url} is unavailable (server_error: {_down_message('loading')}). "
+            "Nothing was sent; start or fix the server and rerun.",
+        )
+    ]
