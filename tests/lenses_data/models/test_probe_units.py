@@ -12,6 +12,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterator
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from starlette.applications import Starlette
@@ -43,7 +44,9 @@ def _fresh_probe_cache():
 class Scripted:
     """/v1/models lists `served` (with `max_model_len` for the role's model when given), GET
     /version answers `version` (404 when None), and every chat request gets `chat_status` (200: a
-    short answer). /v1/models answers `models_status` with `message` when that is not 200."""
+    short answer; a JSON object under `json_object`, HTTP 500 under `json_schema` as llama.cpp-like
+    servers answer it). /v1/models answers `models_status` with `message` when that is not 200.
+    Every chat body is kept."""
 
     def __init__(
         self,
@@ -57,6 +60,7 @@ class Scripted:
         self.served, self.chat_status, self.models_status = served, chat_status, models_status
         self.message, self.version, self.max_model_len = message, version, max_model_len
         self.calls: Counter[str] = Counter()
+        self.bodies: list[dict[str, Any]] = []
 
     def app(self) -> Starlette:
         async def models(_: Request) -> JSONResponse:
@@ -74,13 +78,20 @@ class Scripted:
                 return JSONResponse({"detail": "Not Found"}, 404)
             return JSONResponse({"version": self.version})
 
-        async def chat(_: Request) -> JSONResponse:
+        async def chat(request: Request) -> JSONResponse:
             self.calls["chat"] += 1
-            if self.chat_status != 200:
-                return JSONResponse({"error": {"message": self.message}}, self.chat_status)
+            body = await request.json()
+            self.bodies.append(body)
+            fmt = (body.get("response_format") or {}).get("type")
+            if self.chat_status != 200 or fmt == "json_schema":
+                status = 500 if fmt == "json_schema" else self.chat_status
+                return JSONResponse({"error": {"message": self.message}}, status)
             choice = {
                 "index": 0,
-                "message": {"role": "assistant", "content": "Yes."},
+                "message": {
+                    "role": "assistant",
+                    "content": '{"answer": "ok"}' if fmt == "json_object" else "Yes.",
+                },
                 "finish_reason": "stop",
             }
             usage = {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}
@@ -402,3 +413,48 @@ def test_check_reports_a_down_role_at_once_without_the_down_grace() -> None:
             "Nothing was sent; start or fix the server and rerun.",
         )
     ]
+
+
+def test_the_context_check_sends_the_role_s_requests_in_the_json_mode_the_probe_chose() -> None:
+    # A server refusing json_schema gets the role's requests as json_object, with the schema in the
+    # prompt: the context check must measure those prompts (the longer ones), not the bare ones.
+    from lenses_data.config import config_from_dict
+    from lenses_data.models.messages import build_messages
+    from lenses_data.stages.sample_requests import representative_requests
+
+    samples = representative_requests(config_from_dict({}, environ={}))[ROLE]
+    server = Scripted(served=(MODEL,), max_model_len=100_000)
+    with serving(server) as (url,):
+        models = sim_models_config([url])
+        role = models.role(ROLE)
+
+        async def run() -> probe.ProbeReport:
+            endpoints = [make_endpoint(url, "key", role.timeout_s, 1)]
+            try:
+                needs = ("json",)
+                return await probe.probe_role(
+                    ROLE,
+                    role,
+                    endpoints,
+                    models.retry,
+                    needs,
+                    "json_schema",
+                    "structured_outputs",
+                    samples=samples,
+                )
+            finally:
+                await endpoints[0].close()
+
+        report = asyncio.run(run())
+    assert report.json_mode == "json_object" and report.ok
+    assert [(c.capability, c.status) for c in report.checks] == [
+        ("server", "ok"),
+        ("model", "ok"),
+        ("json", "fallback"),
+        ("context", "ok"),
+    ]
+    sent = [body["messages"] for body in server.bodies if body["max_tokens"] == 1]
+    assert sent == [
+        build_messages(request, None, "json_object", role.image_placeholder) for _, request in samples
+    ]
+    assert samples and all(request.json_schema for _, request in samples)
