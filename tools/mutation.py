@@ -82,6 +82,8 @@ TESTS: dict[str, list[str]] = {
         f"{MODELS}/test_probe.py",
         f"{MODELS}/test_probe_context.py",
         f"{MODELS}/test_probe_report.py",
+        f"{MODELS}/test_probe_units.py",
+        f"{MODELS}/test_probe_waits.py",
         f"{MODELS}/test_client_outage.py",
         f"{MODELS}/test_endpoint_readmit.py",
         f"{MODELS}/test_prefix_cache.py",
