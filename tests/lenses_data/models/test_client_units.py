@@ -114,7 +114,12 @@ def _filter_requests(n: int) -> list[ModelRequest]:
 def test_a_journal_given_to_the_client_is_written_replayed_counted_and_closed(sim_url: str) -> None:
     journal = MemoryJournal()
     client = ModelClient(sim_models_config([sim_url]), journal=journal)
-    assert (client.closed, client.last_progress, client.simulated_answers, client.usage()) == (False, None, 0, {})
+    assert (client.closed, client.last_progress, client.simulated_answers, client.usage()) == (
+        False,
+        None,
+        0,
+        {},
+    )
     requests = _filter_requests(3)
     first = client.run_sync(requests, parse_choice(["YES", "NO"]))
     assert [r.ok for r in first] == [True] * 3 and len(journal.index) == 3
@@ -170,14 +175,22 @@ def test_a_role_runtime_follows_its_config_without_a_probe(sim_url: str) -> None
     config = sim_models_config([sim_url]).with_role("validator", json_schema_mode="json_object")
     config = config.model_copy(update={"journal": config.journal.model_copy(update={"reuse_failed": True})})
     runtime = _runtime_of(ModelClient(config), "validator")
-    assert (runtime.json_mode, runtime.reuse_failed, runtime.simulated_endpoint) == ("json_object", True, True)
+    assert (runtime.json_mode, runtime.reuse_failed, runtime.simulated_endpoint) == (
+        "json_object",
+        True,
+        True,
+    )
     assert runtime.context_tokens is None  # only the probe reads the served context
 
 
 def test_a_probed_role_runtime_takes_the_served_context_and_the_simulator_flag(simulator) -> None:
     with simulator(max_model_len=4096, models=["test/validator"]) as url:
         runtime = _runtime_of(ModelClient(sim_models_config([url], probe=True)), "validator", ("json",))
-    assert (runtime.context_tokens, runtime.simulated_endpoint, runtime.json_mode) == (4096, True, "json_schema")
+    assert (runtime.context_tokens, runtime.simulated_endpoint, runtime.json_mode) == (
+        4096,
+        True,
+        "json_schema",
+    )
     with serving(FakeServer()) as url:
         runtime = _runtime_of(ModelClient(sim_models_config([url], probe=True)), "validator", ("json",))
     assert (runtime.context_tokens, runtime.simulated_endpoint) == (None, False)
