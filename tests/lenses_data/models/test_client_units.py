@@ -5,6 +5,7 @@ the lenses simulator from a real model, and the runtime a role gets from its con
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,7 +16,7 @@ from lenses_data.models import types as codes
 from lenses_data.models.calls import RoleRuntime
 from lenses_data.models.client import ModelClient, _outage_error, _probe_simulated
 from lenses_data.models.endpoints import make_endpoint
-from lenses_data.models.journal import ShardJournal, shard_journal_path
+from lenses_data.models.journal import JournalEntry, ShardJournal, shard_journal_path
 from lenses_data.models.keys import MissingKeyError
 from lenses_data.models.parsing import parse_choice
 from lenses_data.models.types import ModelRequest, ModelResult
@@ -84,20 +85,20 @@ class MemoryJournal:
     """A journal kept in memory (the `Journal` protocol), to see what the client writes and reads."""
 
     def __init__(self) -> None:
-        self.index: dict[str, object] = {}
+        self.index: dict[str, JournalEntry] = {}
         self.closed = False
 
-    def get(self, request_hash: str):  # noqa: ANN201
+    def get(self, request_hash: str) -> JournalEntry | None:
         return self.index.get(request_hash)
 
-    def put(self, entry) -> None:  # noqa: ANN001
+    def put(self, entry: JournalEntry) -> None:
         self.index[entry.hash] = entry
 
-    def put_many(self, entries) -> None:  # noqa: ANN001
+    def put_many(self, entries: list[JournalEntry]) -> None:
         for entry in entries:
             self.put(entry)
 
-    def entries(self):  # noqa: ANN201
+    def entries(self) -> Iterator[JournalEntry]:
         return iter(list(self.index.values()))
 
     def close(self) -> None:
