@@ -15,7 +15,7 @@ from lenses_data.models import probe
 from lenses_data.models import types as codes
 from lenses_data.models.calls import RoleRuntime
 from lenses_data.models.client import ModelClient, _outage_error, _probe_simulated
-from lenses_data.models.endpoints import make_endpoint
+from lenses_data.models.endpoints import backoff_delay, make_endpoint
 from lenses_data.models.journal import JournalEntry, ShardJournal, shard_journal_path
 from lenses_data.models.keys import MissingKeyError
 from lenses_data.models.parsing import parse_choice
@@ -129,6 +129,16 @@ def test_a_journal_given_to_the_client_is_written_replayed_counted_and_closed(si
     assert [bucket["requests"] for bucket in client.usage().values()] == [3]
     client.close()
     assert (client.closed, client.journal, journal.closed, client.usage()) == (True, None, True, {})
+
+
+def test_clients_built_alike_back_off_alike() -> None:
+    """The backoff jitter comes from the client's seeded generator: a rerun waits as the run did."""
+    config = sim_models_config([_dead_url()])
+    first, second = ModelClient(config), ModelClient(config)
+    delays = [
+        [backoff_delay(attempt, config.retry, c._rng) for attempt in (1, 2, 3)] for c in (first, second)
+    ]
+    assert delays[0] == delays[1] and len(set(delays[0])) == 3
 
 
 def test_a_missing_api_key_names_the_role_and_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
