@@ -51,6 +51,8 @@ TESTS: dict[str, list[str]] = {
         f"{MODELS}/test_journal_kill.py",
     ],
     "lenses_data/models/client.py": [
+        f"{MODELS}/test_client_units.py",
+        f"{MODELS}/test_client_counts.py",
         f"{MODELS}/test_client_faults.py",
         f"{MODELS}/test_client_outage.py",
         f"{MODELS}/test_client_inputs.py",

@@ -50,9 +50,11 @@ class FakeServer:
         self.answered = 0  # pipeline (non-probe) requests answered
         self.calls: Counter[str] = Counter()
         self.bodies: list[dict[str, Any]] = []
+        self.listing_headers: list[dict[str, str]] = []  # headers of each GET /v1/models
 
     def app(self) -> Starlette:
-        async def models(_: Request) -> JSONResponse:
+        async def models(request: Request) -> JSONResponse:
+            self.listing_headers.append(dict(request.headers))
             data = [{"id": m, "object": "model", "owned_by": "fake"} for m in self.served]
             return JSONResponse({"object": "list", "data": data})
 
