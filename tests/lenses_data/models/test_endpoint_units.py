@@ -36,7 +36,7 @@ DOWN, UNKNOWN = False, None  # the endpoint's health, as release() takes it
     ("exc", "expected"),
     [
         (openai.APITimeoutError(request=REQUEST), (codes.TIMEOUT, RETRY, DOWN)),
-        (asyncio.TimeoutError(), (codes.TIMEOUT, RETRY, DOWN)),
+        (TimeoutError(), (codes.TIMEOUT, RETRY, DOWN)),
         (openai.APIConnectionError(request=REQUEST), (codes.TRANSPORT_ERROR, RETRY, DOWN)),
         (_status(429), (codes.RATE_LIMITED, RETRY, UNKNOWN)),
         (_status(500), (codes.SERVER_ERROR, RETRY, DOWN)),
@@ -156,7 +156,9 @@ def test_keys_in_use_are_kept_past_the_limit_and_a_new_key_still_gets_a_slot():
         fresh = await asyncio.wait_for(pool.acquire("fresh"), 1)
         assert fresh.url == "http://b/v1"
         in_use = ["held", "fresh", *(f"key-{i}" for i in range(1, limit))]
-        assert [pool.affinity_endpoint(key) for key in in_use] == [held.url, fresh.url] + [held.url] * (limit - 1)
+        assert [pool.affinity_endpoint(key) for key in in_use] == [held.url, fresh.url] + [held.url] * (
+            limit - 1
+        )
         for waiter in waiters:
             waiter.cancel()
         await asyncio.gather(*waiters, return_exceptions=True)
