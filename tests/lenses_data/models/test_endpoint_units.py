@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 
 import httpx2
 import openai
@@ -14,7 +15,13 @@ import pytest
 
 from lenses_data.config.models import RetryConfig
 from lenses_data.models import types as codes
-from lenses_data.models.endpoints import AFFINITY_KEYS_PER_SLOT, Endpoint, EndpointPool, classify_error
+from lenses_data.models.endpoints import (
+    AFFINITY_KEYS_PER_SLOT,
+    Endpoint,
+    EndpointPool,
+    classify_error,
+    make_endpoint,
+)
 from lenses_data.models.readmit import EndpointsDown
 
 URL = "http://127.0.0.1:8000/v1"
@@ -242,3 +249,88 @@ def test_two_endpoints_with_one_url_are_both_readmitted(caplog):
         asyncio.run(scenario())
     back = [r.getMessage() for r in caplog.records if "back in rotation" in r.getMessage()]
     assert back == [f"endpoint {URL} back in rotation (healthy after 0s down)"] * 2
+
+
+def test_an_empty_pool_is_refused_with_its_reason():
+    with pytest.raises(ValueError) as raised:
+        EndpointPool([], RetryConfig())
+    assert str(raised.value) == "an endpoint pool needs at least one endpoint"
+
+
+def test_the_least_loaded_endpoint_is_judged_by_its_share_of_capacity():
+    async def scenario() -> None:
+        big = Endpoint("http://big/v1", clients=[], capacity=4)
+        small = Endpoint("http://small/v1", clients=[], capacity=2)
+        pool = EndpointPool([big, small], RetryConfig())
+        picks = [(await pool.acquire()).url for _ in range(6)]
+        # 0 of each: the first listed; a quarter against nothing; a quarter against a half; a half
+        # each: fewer in flight; then small is full.
+        assert picks == [big.url, small.url, big.url, small.url, big.url, big.url]
+        waiter = asyncio.create_task(pool.acquire())
+        await asyncio.sleep(0.02)
+        assert not waiter.done()  # both full: never more than capacity in flight
+        assert (big.outstanding, small.outstanding) == (4, 2)
+        await pool.release(small, healthy=True)
+        assert await asyncio.wait_for(waiter, 1) is small
+        assert (big.outstanding, small.outstanding, big.calls, small.calls) == (4, 2, 4, 3)
+
+    asyncio.run(scenario())
+
+
+def test_a_retry_avoids_the_endpoint_that_failed_unless_it_is_the_only_one_in_rotation():
+    async def scenario() -> None:
+        retry = RetryConfig(unhealthy_after=1, unhealthy_cooldown_s=60)
+        pool = _pool(["http://a/v1", "http://b/v1"], retry, health_check=_never_healthy)
+        a, b = pool.endpoints
+        try:
+            for _ in range(3):  # a is the least loaded (first listed) each time, yet avoided
+                chosen = await pool.acquire(avoid=a)
+                assert chosen is b
+                await pool.release(chosen, healthy=None)
+            assert await pool.acquire() is a  # without `avoid`: the least loaded
+            await pool.release(a, healthy=None)
+            await pool.release(await pool.acquire(avoid=a), healthy=False)  # b is benched
+            assert not b.healthy()
+            assert await asyncio.wait_for(pool.acquire(avoid=a), 1) is a  # the only one left
+            assert await asyncio.wait_for(pool.acquire(avoid=b), 1) is a
+        finally:
+            await pool.close()
+
+    asyncio.run(scenario())
+
+
+def test_calls_go_round_robin_over_the_connection_shards():
+    async def scenario() -> list[str]:
+        endpoint = Endpoint(URL, clients=["shard-0", "shard-1"], capacity=4)
+        pool = EndpointPool([endpoint], RetryConfig())
+        used = []
+        for _ in range(4):
+            chosen = await pool.acquire()
+            used.append(chosen.client)
+            await pool.release(chosen, healthy=True)
+        return used
+
+    assert asyncio.run(scenario()) == ["shard-1", "shard-0", "shard-1", "shard-0"]
+
+
+@pytest.mark.parametrize(
+    ("capacity", "shards", "keepalive"),
+    [(1, 1, 1 + 8), (8, 1, 8 + 8), (9, 2, 5 + 8), (20, 3, 7 + 8), (64, 8, 8 + 8)],
+)
+def test_an_endpoint_splits_its_capacity_over_shards_of_at_most_eight_connections(
+    capacity, shards, keepalive
+):
+    """One openai client per shard, retries off (the pool retries and counts), every shard keeping
+    alive a connection per request it can hold and a few more (round robin is not exact)."""
+    endpoint = make_endpoint(URL, "sk-role", 7.5, capacity)
+    try:
+        assert (endpoint.url, endpoint.capacity, len(endpoint.clients)) == (URL, capacity, shards)
+        for client in endpoint.clients:
+            settings = (str(client.base_url), client.api_key, client.max_retries, client.timeout)
+            assert settings == (f"{URL}/", "sk-role", 0, 7.5)
+            pool = client._client._transport._pool  # the httpx2 connection pool of the shard
+            assert (pool._max_keepalive_connections, pool._max_connections) == (keepalive, sys.maxsize)
+            assert client._client.timeout == httpx2.Timeout(7.5)
+        assert len({id(client) for client in endpoint.clients}) == shards
+    finally:
+        asyncio.run(endpoint.close())
