@@ -74,6 +74,7 @@ TESTS: dict[str, list[str]] = {
         f"{MODELS}/test_endpoints.py",
         f"{MODELS}/test_endpoint_affinity.py",
         f"{MODELS}/test_endpoint_readmit.py",
+        f"{MODELS}/test_endpoint_units.py",
     ],
     "lenses_data/models/dialect.py": [
         f"{MODELS}/test_dialect.py",
