@@ -28,12 +28,7 @@ from tests.lenses_data.models.probeserver import (
     silent_server,
 )
 
-
-@pytest.fixture(autouse=True)
-def _fresh_probe_cache():
-    probe.forget()
-    yield
-    probe.forget()
+pytestmark = pytest.mark.usefixtures("fresh_probe_cache")
 
 
 NO_VERSION = "no GET /version: the config's vllm_version decides (choice constraint as structured_outputs)"

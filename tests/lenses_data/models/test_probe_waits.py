@@ -27,12 +27,7 @@ from tests.lenses_data.models.probeserver import (
     serving,
 )
 
-
-@pytest.fixture(autouse=True)
-def _fresh_probe_cache():
-    probe.forget()
-    yield
-    probe.forget()
+pytestmark = pytest.mark.usefixtures("fresh_probe_cache")
 
 
 class FakeClock:
