@@ -7,7 +7,7 @@ same process, variants interleaved.
 
 Set-up: `--servers` simulators (`lenses simulate`, each its own process, `--slots` replicas that
 serve one request at a time, a token latency model that charges the whole prompt, so the cache's
-saving does not show as time here); the generate stage's own requests (`generate.build_request`)
+saving does not show as time here); the generate stage's own requests (`GenerateStage.build_request`)
 for `--images` distinct 512 px JPEGs x 2 kinds x `--answers` answers, in the stage's order; the
 client with `max_concurrency = --slots` per endpoint. Every server's prefix cache is emptied
 (`/sim/reset`) before each measurement.
@@ -37,24 +37,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_client_images import make_images  # noqa: E402
 
+from lenses_data.config import PipelineConfig  # noqa: E402
 from lenses_data.config.annotate import AnnotateConfig  # noqa: E402
 from lenses_data.models.client import ModelClient, ModelRequest, ModelResult  # noqa: E402
 from lenses_data.simulator.testing import sim_models_config, sim_stats, spawn_simulator  # noqa: E402
-from lenses_data.stages import generate  # noqa: E402
+from lenses_data.stages.generate import GenerateStage  # noqa: E402
 
 VARIANTS = ("least-outstanding", "affinity")
 
 
 def stage_requests(images: list[Path], answers: int, tag: str) -> list[ModelRequest]:
     """The generate stage's requests for these images, in its order (kind, then image, answer)."""
-    settings = AnnotateConfig(candidates_per_image=answers)
+    stage = GenerateStage(PipelineConfig(annotate=AnnotateConfig(candidates_per_image=answers)))
     rows = [{"image_id": f"{tag}-{i}", "path": str(path)} for i, path in enumerate(images)]
-    return [
-        generate.build_request(row, kind, c, settings)
-        for kind in settings.kinds
-        for row in rows
-        for c in range(answers)
-    ]
+    return [stage.build_request(unit) for unit in stage.units(rows)]
 
 
 def run_variant(

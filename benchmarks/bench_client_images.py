@@ -3,7 +3,7 @@ model client sustains per second, against a bare AsyncOpenAI loop sending the sa
 
 The simulator (`lenses simulate`, zero latency) runs in its own process, so every millisecond the
 client spends is the coordinator's own cost. The requests are the filter stage's own
-(`lenses_data.stages.filter.build_request`) over a pool of distinct 512 px JPEGs cut from the
+(`lenses_data.stages.filter.FilterStage.build_request`) over a pool of distinct 512 px JPEGs cut from the
 packaged photographs (made here in a temporary directory, never committed). Variants run
 interleaved, `--repeats` times each:
 
@@ -43,9 +43,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_rehearsal import CHUNK, make_chunk  # noqa: E402
 
 from lenses_data.annotation.answers import parse_filter_answer  # noqa: E402
+from lenses_data.config import PipelineConfig  # noqa: E402
 from lenses_data.models.client import ModelClient, ModelRequest  # noqa: E402
 from lenses_data.simulator.testing import sim_models_config, spawn_simulator  # noqa: E402
-from lenses_data.stages.filter import build_request  # noqa: E402
+from lenses_data.stages.filter import FilterStage  # noqa: E402
 
 VARIANTS = ("bare", "client-journal", "client-journal-fsync")
 
@@ -59,9 +60,9 @@ def make_images(root: Path, count: int) -> list[Path]:
 
 def filter_requests(images: list[Path], n: int, tag: str) -> list[ModelRequest]:
     """The filter stage's requests; the key carries `tag` so runs never replay each other."""
-    requests = []
+    requests, stage = [], FilterStage(PipelineConfig())
     for i in range(n):
-        request = build_request({"image_id": f"{tag}-{i}", "path": str(images[i % len(images)])})
+        request = stage.build_request({"image_id": f"{tag}-{i}", "path": str(images[i % len(images)])})
         # Distinct text per run: a later run must not be answered from an earlier run's journal.
         requests.append(request.model_copy(update={"text": f"{request.text}\n[{tag} {i}]"}))
     return requests

@@ -1,31 +1,31 @@
 """Validation of generated texts, shared by the validate (Listing 4) and visual-validate (Listing 5)
-stages: batching per image and kind, the request, the aligned answer, and per item the discard,
-fixed-field and edit rules with the re-check of an edited text (see `lenses_data.stages.validate`
-for the rules in words). A `Validator` names the listing, role and stage of one of the two.
+stages: batching per image and kind, when a batch is re-asked item by item, and per item of an
+aligned answer the discard, fixed-field and edit rules with the re-check of an edited text (see
+`lenses_data.stages.validate` for the rules in words). A `Validator` names the listing, role and
+stage of one of the two. The requests, and the loop that asks them, are the stages'
+(`lenses_data.stages.validator_base.ValidatorStage`, on `AnnotationStage.annotate_rows`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from lenses_data.annotation import rules
-from lenses_data.annotation.answers import TEXT_KEY, array_schema, item_parser, items_json
+from lenses_data.annotation.answers import TEXT_KEY
 from lenses_data.annotation.phrase_bank import default_phrase_bank
-from lenses_data.annotation.prompts import TEMPLATE_OF_KIND, get_template
-from lenses_data.annotation.rejection_rows import failed_result_rejection, rejection
+from lenses_data.annotation.prompts import TEMPLATE_OF_KIND
+from lenses_data.annotation.rejection_rows import rejection
 from lenses_data.annotation.text_checks import per_text_violations
 from lenses_data.config.annotate import AnnotateConfig
 from lenses_data.config.roles import ROLE_OF_STAGE
-from lenses_data.ids import stable_hash
 from lenses_data.models import types as codes
-from lenses_data.models.types import ModelRequest
 
 VALIDATOR_DISCARDED = "validator_discarded"
 FIXED_FIELD_CHANGED = "fixed_field_changed"
-# Failures a smaller request cannot cure: do not fall back to item-by-item for these.
-_TRANSPORT = {
+# Failures a smaller request cannot cure: do not fall back to item-by-item for these. (The
+# infrastructure codes among them never reach a stage as an answer: the client raises.)
+_NOT_CURED_BY_SMALLER = {
     codes.TRANSPORT_ERROR,
     codes.TIMEOUT,
     codes.RATE_LIMITED,
@@ -58,24 +58,6 @@ def make_batches(rows: list[dict[str, Any]], size: int) -> list[list[dict[str, A
     for row in rows:
         groups.setdefault((row["image_id"], row["kind"]), []).append(row)
     return [group[i : i + size] for group in groups.values() for i in range(0, len(group), size)]
-
-
-def build_request(batch: list[dict[str, Any]], v: Validator, image_path: str | None = None) -> ModelRequest:
-    first = batch[0]
-    ids = stable_hash(*(r["text_id"] for r in batch))[:16]
-    return ModelRequest(
-        key=f"{v.stage}:{first['image_id']}:{first['kind']}:{len(batch)}:{ids}",
-        role=v.role,
-        text=get_template(v.template).text,
-        image_path=image_path if v.with_image else None,
-        after_image_text=items_json(first["kind"], batch),
-        json_schema=array_schema(first["kind"], len(batch), len(batch)),
-    )
-
-
-def parse_answer(raw: str, kind: str, n_items: int) -> list[dict[str, str]]:
-    """The aligned answer for a batch of `n_items` inputs."""
-    return item_parser(kind, n_items, n_items)(raw)
 
 
 def _same(a: str, b: str) -> bool:
@@ -136,39 +118,17 @@ def recheck(
     return rejecting
 
 
-# Asks the model about batches of rows: one answer (a ModelResult) per batch, in order. The stage's
-# (`lenses_data.stages.annotation_base.AnnotationStage.ask`), so the request loop is written once.
-AskBatches = Callable[[list[list[dict[str, Any]]]], list[Any]]
+def reask_singly(batch: list[dict[str, Any]], result: Any) -> bool:
+    """Whether a batch's answer is better asked again item by item: right items in the wrong order,
+    or a failed answer that a smaller request may cure (never a refused or unsendable request)."""
+    if len(batch) < 2:
+        return False
+    if result.ok:
+        return misordered(batch, result.value)
+    return result.error_code not in _NOT_CURED_BY_SMALLER
 
 
-def validate_rows(
-    rows: list[dict[str, Any]], ask: AskBatches, settings: AnnotateConfig, v: Validator
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Validate rows batch-wise, falling back to single items for unusable batch answers."""
-    batches = make_batches(rows, settings.validation_batch_size)
-    kept, rejected, retry = [], [], []
-    for batch, result in zip(batches, ask(batches), strict=True):
-        if result.ok and len(batch) > 1 and _misordered(batch, result.value):
-            retry.extend([row] for row in batch)  # right items, wrong order: ask item by item
-        elif result.ok:
-            _apply_all(batch, result, v, settings, kept, rejected)
-        elif len(batch) > 1 and result.error_code not in _TRANSPORT:
-            retry.extend([row] for row in batch)
-        else:
-            rejected.extend(
-                failed_result_rejection(v.stage, r["text_id"], result, r["image_id"]) for r in batch
-            )
-    for batch, result in zip(retry, ask(retry), strict=True):
-        if result.ok:
-            _apply_all(batch, result, v, settings, kept, rejected)
-        else:
-            rejected.append(
-                failed_result_rejection(v.stage, batch[0]["text_id"], result, batch[0]["image_id"])
-            )
-    return kept, rejected
-
-
-def _misordered(batch: list[dict[str, Any]], items: list[dict[str, str]]) -> bool:
+def misordered(batch: list[dict[str, Any]], items: list[dict[str, str]]) -> bool:
     """The answer's (Focus, Category) pairs are the inputs' in another order."""
 
     def pairs(values: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -179,9 +139,15 @@ def _misordered(batch: list[dict[str, Any]], items: list[dict[str, str]]) -> boo
     return want != got and sorted(want) == sorted(got)
 
 
-def _apply_all(batch, result, v, settings, kept, rejected) -> None:
+def apply_answer(
+    batch: list[dict[str, Any]], result: Any, v: Validator, settings: AnnotateConfig
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A usable, aligned answer about a batch -> (kept rows, rejections), item by item."""
+    kept: list[dict[str, Any]] = []
+    rejected: list[dict[str, Any]] = []
     for row, item in zip(batch, result.value, strict=True):
         out, notes = apply_item(row, item, result.raw, v, settings)
         rejected.extend(notes)
         if out is not None:
             kept.append(out)
+    return kept, rejected

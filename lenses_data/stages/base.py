@@ -1,10 +1,13 @@
-"""The stage protocol shared by the CLI, the Prefect flows and the tests.
+"""Running stages, and the base of the row stages.
 
-A stage reads the shards of its input stage and writes its own shard with the same index, plus
-that shard's rejections. `process_shard` must be idempotent: it skips a shard whose output and
-rejection files already exist, so a rerun after a crash repeats only unfinished shards.
-`finish` writes the success marker once every shard is done. Global stages (dedupe, split,
-export) have a single "shard" 0 and do their work in it.
+The protocol every stage implements is `lenses_data.stages.protocol.Stage` (its declaration,
+`output_settings` required, and `input_shards`/`process_shard`/`finish`/`setup`/`close`). A stage
+reads the shards of its input stage and writes its own shard with the same index, plus that shard's
+rejections. `process_shard` must be idempotent: it skips a shard whose output and rejection files
+already exist, so a rerun after a crash repeats only unfinished shards. `finish` writes the success
+marker once every shard is done. Global stages (ingest, dedupe, split, export;
+`global_base.GlobalStage`) have a single "shard" 0 and do their work in it; row stages derive from
+`ShardedStage` here.
 
 `run_stage` is the one way to run a stage over its shards: a plain loop by default (the CLI's
 single-stage commands, the tests), or the flows' Prefect tasks passed as `map_shards`.
@@ -17,7 +20,6 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -31,51 +33,9 @@ from lenses_data.config import PipelineConfig
 from lenses_data.models.journal import shard_journal_path
 from lenses_data.models.types import AnswerClient
 from lenses_data.schemas import LensText, Rejection
+from lenses_data.stages.protocol import ShardStats, Stage
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class ShardStats:
-    """What one shard of one stage did: every input record is either out or rejected."""
-
-    stage: str
-    shard: int
-    records_in: int = 0
-    records_out: int = 0
-    rejected: int = 0
-    skipped: bool = False
-    reasons: dict[str, int] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "stage": self.stage,
-            "shard": self.shard,
-            "records_in": self.records_in,
-            "records_out": self.records_out,
-            "rejected": self.rejected,
-            "skipped": self.skipped,
-            "reasons": dict(self.reasons),
-            "extra": dict(self.extra),
-        }
-
-
-class Stage(Protocol):
-    name: str
-    input_stage: str | None
-    reads: tuple[str, ...]
-    writes: tuple[str, ...]
-
-    def input_shards(self, run: Path) -> list[int]: ...
-
-    def process_shard(self, run: Path, shard: int) -> ShardStats: ...
-
-    def finish(self, run: Path, shards: list[int], stats: list[ShardStats]) -> dict[str, Any]: ...
-
-    def setup(self) -> None: ...
-
-    def close(self) -> None: ...
 
 
 class ColumnMismatch(ValueError):
@@ -216,38 +176,27 @@ def _rows(path: Path) -> int:
     return pq.read_metadata(path).num_rows if path.exists() else 0
 
 
-class ShardedStage:
-    """The public base of the row stages: shard i reads shard i of `input_stage`, writes `model` rows.
+class ShardedStage(Stage):
+    """The public base of the row stages (rules; the model stages through `AnnotationStage`):
+    shard i reads shard i of `input_stage`, writes `model` rows.
 
-    A subclass declares `name`, `input_stage`, `model`, the columns it `reads` (checked on the
-    frame `load_input` returns) and `writes` (checked, exactly, before the shard is written),
-    and implements `transform`; model stages use `self.client`, injected.
+    A subclass declares what `Stage` asks (`name`, `output_settings`, ...), `input_stage`, `model`,
+    the columns it `reads` (checked on the frame `load_input` returns) and `writes` (checked,
+    exactly, before the shard is written), and implements `transform`; model stages use
+    `self.client`, injected.
     """
 
-    name: str = ""
     input_stage: str = ""
     model: type[BaseModel] = LensText
-    reads: tuple[str, ...] = ()
-    writes: tuple[str, ...] = ()
 
     def __init__(self, config: PipelineConfig, client: AnswerClient | None = None) -> None:
-        self.config = config
+        super().__init__(config)
         self.client = client
-
-    def setup(self) -> None:
-        """Nothing to open: the model client comes built (`registry.build_stage`) or injected."""
 
     def close(self) -> None:
         """Release what the stage holds: its model client (and the client's journal), if any."""
         if self.client is not None:
             self.client.close()
-
-    def __enter__(self) -> ShardedStage:
-        self.setup()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def answer_client(self) -> AnswerClient:
         """The injected model client; a stage built without one (`with_client=False`) asks no model."""

@@ -31,21 +31,6 @@ TEMPLATE = "filter"
 REJECT_NO = "filter_no"
 
 
-def build_request(row: dict[str, Any]) -> ModelRequest:
-    template = get_template(TEMPLATE)
-    return ModelRequest(
-        key=f"{STAGE}:{row['image_id']}",
-        role=ROLE,
-        text=template.text,
-        image_path=str(row["path"]),
-        choice=list(FILTER_CHOICES),
-    )
-
-
-def parse_answer(raw: str) -> str:
-    return parse_filter_answer(raw)
-
-
 class FilterStage(AnnotationStage):
     """Shard i of ingest -> shard i of filter; only dedupe survivors when dedupe runs first."""
 
@@ -93,13 +78,22 @@ class FilterStage(AnnotationStage):
         return records_frame(decisions, FilterDecision), rejections_frame(rejected)
 
     def build_request(self, unit: dict[str, Any]) -> ModelRequest:
-        return build_request(unit)
+        """One candidate image (image_id, path) -> its Listing 1 request, a constrained YES/NO."""
+        return ModelRequest(
+            key=f"{STAGE}:{unit['image_id']}",
+            role=ROLE,
+            text=get_template(TEMPLATE).text,
+            image_path=str(unit["path"]),
+            choice=list(FILTER_CHOICES),
+        )
 
     def parse_answer(self, raw: str, shape: Hashable) -> str:
-        return parse_answer(raw)
+        return parse_filter_answer(raw)
 
-    def failed_rejection(self, unit: dict[str, Any], request: ModelRequest, result: Any) -> dict[str, Any]:
-        return failed_result_rejection(STAGE, unit["image_id"], result, unit["image_id"])
+    def failed_rejections(
+        self, unit: dict[str, Any], request: ModelRequest, result: Any
+    ) -> list[dict[str, Any]]:
+        return [failed_result_rejection(STAGE, unit["image_id"], result, unit["image_id"])]
 
     def to_rows(self, unit: dict[str, Any], result: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         image_id, decision = unit["image_id"], result.value

@@ -20,7 +20,6 @@ from lenses_data.annotation.phrase_bank import default_phrase_bank
 from lenses_data.annotation.prompts import TEMPLATE_OF_KIND, get_template
 from lenses_data.annotation.rejection_rows import failed_result_rejection, rejection
 from lenses_data.config import PipelineConfig
-from lenses_data.config.annotate import AnnotateConfig
 from lenses_data.config.roles import ROLE_OF_STAGE, role_settings
 from lenses_data.ids import text_id
 from lenses_data.models.types import AnswerClient, ModelRequest
@@ -37,22 +36,6 @@ from lenses_data.stages.annotation_base import AnnotationStage
 STAGE = "generate"
 ROLE = ROLE_OF_STAGE[STAGE]
 DUPLICATE_ITEM = "duplicate_item"
-
-
-def build_request(row: dict[str, Any], kind: str, candidate: int, config: AnnotateConfig) -> ModelRequest:
-    template = get_template(TEMPLATE_OF_KIND[kind])
-    return ModelRequest(
-        key=f"{STAGE}:{row['image_id']}:{kind}:{candidate}",
-        role=ROLE,
-        text=template.text,
-        image_path=str(row["path"]),
-        json_schema=array_schema(kind, 1, config.max_items_per_answer),
-        seed=config.seed + candidate,
-    )
-
-
-def parse_answer(raw: str, kind: str, config: AnnotateConfig) -> list[dict[str, str]]:
-    return item_parser(kind, 1, config.max_items_per_answer)(raw)
 
 
 def answer_rows(row: dict[str, Any], kind: str, candidate: int, result: Any) -> list[dict[str, Any]]:
@@ -166,17 +149,26 @@ class GenerateStage(AnnotationStage):
         ]
 
     def build_request(self, unit: tuple[dict[str, Any], str, int]) -> ModelRequest:
+        """(image row, kind, candidate index) -> its schema-constrained Listing 2 or 3 request."""
         row, kind, candidate = unit
-        return build_request(row, kind, candidate, self.config.annotate)
+        settings = self.config.annotate
+        return ModelRequest(
+            key=f"{STAGE}:{row['image_id']}:{kind}:{candidate}",
+            role=ROLE,
+            text=get_template(TEMPLATE_OF_KIND[kind]).text,
+            image_path=str(row["path"]),
+            json_schema=array_schema(kind, 1, settings.max_items_per_answer),
+            seed=settings.seed + candidate,
+        )
 
     def answer_shape(self, unit: tuple[dict[str, Any], str, int]) -> Hashable:
         return unit[1]  # the kind: its answers share a parser
 
     def parse_answer(self, raw: str, shape: Hashable) -> list[dict[str, str]]:
-        return parse_answer(raw, str(shape), self.config.annotate)
+        return item_parser(str(shape), 1, self.config.annotate.max_items_per_answer)(raw)
 
-    def failed_rejection(self, unit: Any, request: ModelRequest, result: Any) -> dict[str, Any]:
-        return failed_result_rejection(STAGE, request.key, result, unit[0]["image_id"])
+    def failed_rejections(self, unit: Any, request: ModelRequest, result: Any) -> list[dict[str, Any]]:
+        return [failed_result_rejection(STAGE, request.key, result, unit[0]["image_id"])]
 
     def to_rows(self, unit: Any, result: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         row, kind, candidate = unit

@@ -1,4 +1,4 @@
-"""One representative request per model role and kind, built by the stages' own request builders,
+"""One representative request per model role and kind, built by the stages' own `build_request`,
 so `lenses check` can measure what a role's real requests cost in prompt tokens (its instructions,
 the items, the image) and compare that plus `max_tokens` with the context the server serves.
 
@@ -12,14 +12,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from lenses_data.annotation.validation import TEXT_VALIDATOR, VISUAL_VALIDATOR, build_request
 from lenses_data.config import PipelineConfig
 from lenses_data.config.roles import ROLES
 from lenses_data.config.simulator import LISTING_WORD_RANGE, table1_density
 from lenses_data.models.types import ModelRequest
 from lenses_data.schemas import LENS_NAMES
-from lenses_data.stages import filter as filter_stage
-from lenses_data.stages import generate as generate_stage
+from lenses_data.stages.filter import FilterStage
+from lenses_data.stages.generate import GenerateStage
+from lenses_data.stages.validate import ValidateStage
+from lenses_data.stages.visual_validate import VisualValidateStage
 
 IMAGE_STAND_IN = "lenses-check-image"  # replaced by the probe's own image
 
@@ -49,15 +50,15 @@ def representative_requests(config: PipelineConfig) -> dict[str, list[tuple[str,
     """Role -> (what the request is, the request) for each kind of request the role serves."""
     row = {"image_id": "check", "path": IMAGE_STAND_IN}
     batch, kinds = texts_per_batch(config), config.annotate.kinds  # only the kinds the build makes
-    made = [("filter request", filter_stage.build_request(row))]
-    made += [
-        (f"{kind} generation", generate_stage.build_request(row, kind, 0, config.annotate)) for kind in kinds
-    ]
+    # The stages' own builders, built without a client: they make requests, they ask nothing.
+    generate, validate, visual = GenerateStage(config), ValidateStage(config), VisualValidateStage(config)
+    made = [("filter request", FilterStage(config).build_request(row))]
+    made += [(f"{kind} generation", generate.build_request((row, kind, 0))) for kind in kinds]
     for kind in kinds:
         rows = _rows(kind, batch)
         label = f"{kind} batch of {batch} texts"
-        made.append((label, build_request(rows, TEXT_VALIDATOR)))
-        made.append((label, build_request(rows, VISUAL_VALIDATOR, IMAGE_STAND_IN)))
+        made.append((label, validate.build_request(rows)))
+        made.append((label, visual.build_request([{**r, "path": IMAGE_STAND_IN} for r in rows])))
     out: dict[str, list[tuple[str, ModelRequest]]] = {role: [] for role in ROLES}
     for label, request in made:  # grouped by the role each request names
         out[request.role].append((label, request))

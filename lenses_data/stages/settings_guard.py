@@ -23,6 +23,7 @@ from typing import Any
 
 from lenses_data import io
 from lenses_data.config import ConfigError, PipelineConfig
+from lenses_data.stages.protocol import declared_output_settings
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,8 @@ def stage_inputs(name: str, config: PipelineConfig) -> dict[str, Any]:
     run = Path(config.run_dir)
     prefixes = tuple(dict.fromkeys([str(run.resolve()), str(run.absolute()), str(run)]))
     out: dict[str, Any] = {}
-    for path in getattr(stage_class(name), "output_settings", ()):
+    # Required of every stage: one without it is refused here, before anything is written.
+    for path in declared_output_settings(stage_class(name)):
         _flatten(path, _value(config, path), out)
     return {key: _in_run(value, prefixes) for key, value in sorted(out.items())}
 

@@ -10,31 +10,28 @@ Listings 4-5 fix both fields and discard a mismatch; `annotate.on_fixed_field_ch
 keeps the original text instead); otherwise the (possibly edited) text is kept, with the original
 text and an `edited` flag, and an edit is re-checked against the per-text rules: damage rejects it,
 the rest is recorded in its `flags`, and an edit Listing 5 allows is never undone (`rules.rejects`).
-The machinery, shared with visual validation, is `lenses_data.annotation.validation`.
+The machinery, shared with visual validation, is `lenses_data.stages.validator_base` (the requests,
+on the model stages' one loop) and `lenses_data.annotation.validation` (the per-item rules).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
-from lenses_data.annotation import validation
-from lenses_data.annotation.prompts import get_template
-from lenses_data.annotation.validation import TEXT_VALIDATOR, validate_rows
+from lenses_data.annotation.validation import TEXT_VALIDATOR
 from lenses_data.config.roles import role_settings
-from lenses_data.models.types import ModelRequest
 from lenses_data.schemas import LensText
 from lenses_data.stages._annotate import lens_text_rows, records_frame, rejections_frame
-from lenses_data.stages.annotation_base import AnnotationStage
+from lenses_data.stages.validator_base import ValidatorStage
 
 STAGE = "validate"
 
 
-class ValidateStage(AnnotationStage):
+class ValidateStage(ValidatorStage):
     name = STAGE
+    validator = TEXT_VALIDATOR
     role = TEXT_VALIDATOR.role
     template = TEXT_VALIDATOR.template
     # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.stages.settings_guard).
@@ -45,14 +42,6 @@ class ValidateStage(AnnotationStage):
     )
     input_stage = "rules"
     reads = ("text_id", "image_id", "kind", "lens", "text", "focus", "original_text")
-    writes = tuple(LensText.model_fields)
-
-    def extra_stats(self, run: Path) -> dict[str, Any]:
-        # Rows keep the generation template's hash; the validator's is recorded here and in the manifest.
-        return {
-            "prompt_name": TEXT_VALIDATOR.template,
-            "prompt_hash": get_template(TEXT_VALIDATOR.template).hash,
-        }
 
     def transform(self, run: Path, shard: int, frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         return self.annotate_frame(frame)
@@ -61,17 +50,3 @@ class ValidateStage(AnnotationStage):
         """Rule-checked LensText rows -> (validated rows, rejections), asking `self.client`."""
         kept, rejected = self.annotate_rows(lens_text_rows(df))
         return records_frame(kept, LensText), rejections_frame(rejected)
-
-    def annotate_rows(self, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """Batched per image and kind, a bad batch re-asked item by item (the validators' loop)."""
-        return validate_rows(rows, self.ask_units, self.config.annotate, TEXT_VALIDATOR)
-
-    def build_request(self, unit: list[dict[str, Any]]) -> ModelRequest:
-        return validation.build_request(unit, TEXT_VALIDATOR)
-
-    def answer_shape(self, unit: list[dict[str, Any]]) -> Hashable:
-        return (unit[0]["kind"], len(unit))  # the parser checks the kind and the item count
-
-    def parse_answer(self, raw: str, shape: Hashable) -> list[dict[str, str]]:
-        kind, count = shape  # type: ignore[misc]
-        return validation.parse_answer(raw, kind, count)

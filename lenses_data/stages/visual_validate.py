@@ -2,7 +2,8 @@
 
 The image plus the JSON array of that image's surviving texts (per kind, batched like the text
 validator) are sent; the same alignment, discard and fixed-field rules apply (see
-lenses_data.stages.validate; the shared code is lenses_data.annotation.validation). Listing 5 lets
+lenses_data.stages.validate; the shared code is lenses_data.stages.validator_base and
+lenses_data.annotation.validation). Listing 5 lets
 the validator "remove or soften" ungrounded fragments and "remove or simplify" idioms, so the re-check never rejects such an edit for the word limits or
 the phrase-bank rules; it flags them (and an added idiom, `validator_added_idiom`) instead. Texts of other splits pass through unchanged, so this stage's
 output is the final text set of every split.
@@ -10,27 +11,23 @@ output is the final text set of every split.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
-from lenses_data.annotation import validation
-from lenses_data.annotation.prompts import get_template
 from lenses_data.annotation.rejection_rows import rejection
-from lenses_data.annotation.validation import VISUAL_VALIDATOR, validate_rows
+from lenses_data.annotation.validation import VISUAL_VALIDATOR
 from lenses_data.config.roles import role_settings
-from lenses_data.models.types import ModelRequest
 from lenses_data.schemas import LensText
 from lenses_data.stages._annotate import ingest_paths, lens_text_rows, records_frame, rejections_frame
-from lenses_data.stages.annotation_base import AnnotationStage
+from lenses_data.stages.validator_base import ValidatorStage
 
 STAGE = "visual_validate"
 
 
-class VisualValidateStage(AnnotationStage):
+class VisualValidateStage(ValidatorStage):
     name = STAGE
+    validator = VISUAL_VALIDATOR
     role = VISUAL_VALIDATOR.role
     template = VISUAL_VALIDATOR.template
     # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.stages.settings_guard).
@@ -43,14 +40,6 @@ class VisualValidateStage(AnnotationStage):
     )
     input_stage = "validate"
     reads = ("text_id", "image_id", "kind", "lens", "text", "focus", "split", "original_text")
-    writes = tuple(LensText.model_fields)
-
-    def extra_stats(self, run: Path) -> dict[str, Any]:
-        # Rows keep the generation template's hash; the validator's is recorded here and in the manifest.
-        return {
-            "prompt_name": VISUAL_VALIDATOR.template,
-            "prompt_hash": get_template(VISUAL_VALIDATOR.template).hash,
-        }
 
     def transform(self, run: Path, shard: int, frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         return self.annotate_frame(frame, ingest_paths(run, shard))
@@ -59,7 +48,7 @@ class VisualValidateStage(AnnotationStage):
         self, df: pd.DataFrame, paths: dict[str, str] | None = None
     ) -> tuple[pd.DataFrame, pd.DataFrame]:
         """Validated LensText rows (+ image paths) -> (final rows, rejections); only the configured
-        splits (default: test) are sent to the model (`self.client`)."""
+        splits (default: test) are sent to the model (`self.client`), each text with its image's path."""
         settings = self.config.annotate
         paths = paths or {}
         rows = lens_text_rows(df)
@@ -76,28 +65,7 @@ class VisualValidateStage(AnnotationStage):
             for r in checked
             if not paths.get(r["image_id"])
         ]
-        sendable = [r for r in checked if paths.get(r["image_id"])]
-        kept, failures = self.annotate_rows(sendable, paths)
+        # The path goes with each row to its request; `records_frame` keeps LensText's columns only.
+        sendable = [{**r, "path": paths[r["image_id"]]} for r in checked if paths.get(r["image_id"])]
+        kept, failures = self.annotate_rows(sendable)
         return records_frame(passthrough + kept, LensText), rejections_frame(rejected + failures)
-
-    def annotate_rows(
-        self, rows: list[dict[str, Any]], paths: dict[str, str] | None = None
-    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """Batched per image and kind with the image, a bad batch re-asked item by item."""
-        paths = paths or {}
-
-        def ask(batches: list[list[dict[str, Any]]]) -> list[Any]:
-            requests = [self.build_request(b, paths.get(b[0]["image_id"])) for b in batches]
-            return self.ask(batches, requests)
-
-        return validate_rows(rows, ask, self.config.annotate, VISUAL_VALIDATOR)
-
-    def build_request(self, unit: list[dict[str, Any]], image_path: str | None = None) -> ModelRequest:
-        return validation.build_request(unit, VISUAL_VALIDATOR, image_path)
-
-    def answer_shape(self, unit: list[dict[str, Any]]) -> Hashable:
-        return (unit[0]["kind"], len(unit))  # the parser checks the kind and the item count
-
-    def parse_answer(self, raw: str, shape: Hashable) -> list[dict[str, str]]:
-        kind, count = shape  # type: ignore[misc]
-        return validation.parse_answer(raw, kind, count)

@@ -17,14 +17,15 @@ import jsonschema
 import pytest
 import yaml
 
-from lenses_data.annotation.validation import TEXT_VALIDATOR, VISUAL_VALIDATOR, build_request
-from lenses_data.config import load_config
+from lenses_data.config import PipelineConfig, load_config
 from lenses_data.config.models import ModelsConfig
 from lenses_data.models import probe
 from lenses_data.models.client import ModelClient
 from lenses_data.models.types import ModelRequest, ModelResult
-from lenses_data.stages import filter as filter_stage
-from lenses_data.stages import generate as generate_stage
+from lenses_data.stages.filter import FilterStage
+from lenses_data.stages.generate import GenerateStage
+from lenses_data.stages.validate import ValidateStage
+from lenses_data.stages.visual_validate import VisualValidateStage
 from tests.realvllm.vllm_server import VllmServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.realvllm, pytest.mark.timeout(2400)]
@@ -98,7 +99,7 @@ def test_the_filter_choice_and_one_tile_setting_are_honoured(
     models: ModelsConfig, photos: list[Path]
 ) -> None:
     rows = [{"image_id": path.stem, "path": str(path)} for path in photos]
-    requests = [filter_stage.build_request(row) for row in rows]
+    requests = [FilterStage(PipelineConfig()).build_request(row) for row in rows]
     one_tile = _send(models, requests)
     assert all(result.raw in ("YES", "NO") for result in one_tile), [r.raw for r in one_tile]
     # The same requests at the model's full tiling: production's {max_patches: 1} must cost less.
@@ -109,9 +110,9 @@ def test_the_filter_choice_and_one_tile_setting_are_honoured(
 
 
 def _generator_requests(photos: list[Path]) -> list[ModelRequest]:
-    annotate = load_config(PRODUCTION, environ={}).annotate
+    generate = GenerateStage(load_config(PRODUCTION, environ={}))
     rows = [{"image_id": path.stem, "path": str(path)} for path in photos]
-    return [generate_stage.build_request(row, "caption", 0, annotate) for row in rows]
+    return [generate.build_request((row, "caption", 0)) for row in rows]
 
 
 def _assert_schema_answers(results: list[ModelResult], requests: list[ModelRequest], max_tokens: int) -> None:
@@ -151,8 +152,8 @@ def test_both_validators_answer_production_requests_in_schema(
 ) -> None:
     batch = _validation_batch(photos[0])
     requests = [
-        build_request(batch, TEXT_VALIDATOR),
-        build_request(batch, VISUAL_VALIDATOR, str(photos[0])),
+        ValidateStage(PipelineConfig()).build_request(batch),
+        VisualValidateStage(PipelineConfig()).build_request([{**r, "path": str(photos[0])} for r in batch]),
     ]
     assert requests[1].image_path and requests[0].image_path is None
     results = _send(models, requests)

@@ -12,13 +12,13 @@ import pytest
 from PIL import Image
 from skimage import data as skdata
 
-from lenses_data.config.annotate import AnnotateConfig
+from lenses_data.config import PipelineConfig
 from lenses_data.config.models import RetryConfig
 from lenses_data.models.client import ModelClient
 from lenses_data.models.endpoints import AFFINITY_KEYS_PER_SLOT, Endpoint, EndpointPool
 from lenses_data.simulator.simulator import free_port
 from lenses_data.simulator.testing import sim_models_config
-from lenses_data.stages import generate
+from lenses_data.stages.generate import GenerateStage
 
 
 def _pool(n: int, capacity: int = 2) -> EndpointPool:
@@ -155,9 +155,9 @@ def _images_by_server(urls: list[str]) -> dict[str, set[str]]:
 def test_generation_answers_of_one_image_meet_on_one_server(simulator, rows) -> None:
     """10 images x 2 kinds x 2 answers over 3 real simulator servers: every image is sent to exactly
     one server, and every server gets images (least-outstanding still spreads new images)."""
-    settings = AnnotateConfig(candidates_per_image=2)
+    generate = GenerateStage(PipelineConfig())
     requests = [
-        generate.build_request(row, kind, c, settings)
+        generate.build_request((row, kind, c))
         for kind in ("prompt", "caption")
         for row in rows
         for c in range(2)
@@ -177,8 +177,8 @@ def test_generation_answers_of_one_image_meet_on_one_server(simulator, rows) -> 
 def test_without_affinity_the_answers_of_an_image_spread(simulator, rows) -> None:
     """`image_affinity: false` is least-outstanding balancing: the two answers of an image, sent
     together, go to different servers."""
-    settings = AnnotateConfig(candidates_per_image=2)
-    requests = [generate.build_request(row, "caption", c, settings) for row in rows for c in range(2)]
+    generate = GenerateStage(PipelineConfig())
+    requests = [generate.build_request((row, "caption", c)) for row in rows for c in range(2)]
     sims = [simulator(latency_s=0.02, record_requests=200) for _ in range(3)]
     with sims[0] as a, sims[1] as b, sims[2] as c:
         urls = [a, b, c]
@@ -193,8 +193,8 @@ def test_without_affinity_the_answers_of_an_image_spread(simulator, rows) -> Non
 
 def test_images_of_a_dead_endpoint_move_to_a_live_one(simulator, rows) -> None:
     dead = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there: connection refused
-    settings = AnnotateConfig(candidates_per_image=2)
-    requests = [generate.build_request(row, "caption", c, settings) for row in rows for c in range(2)]
+    generate = GenerateStage(PipelineConfig())
+    requests = [generate.build_request((row, "caption", c)) for row in rows for c in range(2)]
     with simulator(latency_s=0.01, record_requests=200) as alive:
         config = sim_models_config([dead, alive], timeout_s=5, concurrency=2, unhealthy_after=2)
         results = ModelClient(config).run_sync(requests, lambda raw: raw)

@@ -11,12 +11,12 @@ import pytest
 from PIL import Image
 from skimage import data as skdata
 
-from lenses_data.config.annotate import AnnotateConfig
+from lenses_data.config import PipelineConfig
 from lenses_data.models import probe
 from lenses_data.models.client import ModelClient
 from lenses_data.simulator.testing import sim_models_config
 from lenses_data.simulator.vllm_prompt import BLOCK_TOKENS, PrefixCache, prompt_units
-from lenses_data.stages import generate
+from lenses_data.stages.generate import GenerateStage
 
 
 def test_blocks_are_shared_up_to_the_first_difference() -> None:
@@ -55,9 +55,9 @@ def rows(tmp_path: Path) -> list[dict[str, str]]:
 
 def _cached(simulator, rows, placeholder: str | None) -> list[tuple[int, int]]:
     """(cached, prompt) tokens of caption requests: image 0 answers 0 and 1, image 1 answer 0."""
-    settings = AnnotateConfig(candidates_per_image=2)
-    requests = [generate.build_request(rows[0], "caption", c, settings) for c in (0, 1)]
-    requests.append(generate.build_request(rows[1], "caption", 0, settings))
+    generate = GenerateStage(PipelineConfig())
+    requests = [generate.build_request((rows[0], "caption", c)) for c in (0, 1)]
+    requests.append(generate.build_request((rows[1], "caption", 0)))
     with simulator() as url:
         config = sim_models_config([url], timeout_s=5, concurrency=1)
         config = config.with_role("generator", image_placeholder=placeholder)

@@ -17,9 +17,8 @@ from PIL import Image
 from skimage import data as skdata
 
 from lenses_data.annotation.prompts import get_template
-from lenses_data.annotation.validation import VISUAL_VALIDATOR, build_request
-from lenses_data.config import load_config
-from lenses_data.config.annotate import AnnotateConfig
+from lenses_data.annotation.validation import VISUAL_VALIDATOR
+from lenses_data.config import PipelineConfig, load_config
 from lenses_data.config.models import (
     INTERNVL_HF_IMAGE_PLACEHOLDER,
     INTERNVL_HF_ONE_TILE,
@@ -32,8 +31,9 @@ from lenses_data.models.serve import vllm_args
 from lenses_data.simulator.simulator import SimConfig, run_in_thread
 from lenses_data.simulator.testing import sim_models_config
 from lenses_data.simulator.vllm_prompt import render_string_turn
-from lenses_data.stages import filter as filter_stage
-from lenses_data.stages import generate
+from lenses_data.stages.filter import FilterStage
+from lenses_data.stages.generate import GenerateStage
+from lenses_data.stages.visual_validate import VisualValidateStage
 
 ROOT = Path(__file__).parents[3]
 
@@ -49,10 +49,11 @@ def rows(tmp_path: Path) -> list[dict[str, Any]]:
 
 
 def _requests(rows: list[dict[str, Any]]) -> list[ModelRequest]:
-    settings = AnnotateConfig()
-    requests = [filter_stage.build_request(row) for row in rows]
+    config = PipelineConfig()
+    generate, visual = GenerateStage(config), VisualValidateStage(config)
+    requests = [FilterStage(config).build_request(row) for row in rows]
     for row in rows:
-        requests += [generate.build_request(row, kind, 0, settings) for kind in ("prompt", "caption")]
+        requests += [generate.build_request((row, kind, 0)) for kind in ("prompt", "caption")]
         texts = [
             {
                 "text_id": f"{row['image_id']}-t{j}",
@@ -61,10 +62,11 @@ def _requests(rows: list[dict[str, Any]]) -> list[ModelRequest]:
                 "lens": "Literal",
                 "text": f"A scene number {j}.",
                 "focus": "scene",
+                "path": row["path"],
             }
             for j in range(2)
         ]
-        requests.append(build_request(texts, VISUAL_VALIDATOR, row["path"]))
+        requests.append(visual.build_request(texts))
     return requests
 
 
@@ -172,7 +174,7 @@ def test_image_bytes_arrive_intact(rows: list[dict[str, Any]]) -> None:
 
 
 def test_one_tile_setting_is_part_of_the_journal_key(rows: list[dict[str, Any]]) -> None:
-    request = filter_stage.build_request(rows[0])
+    request = FilterStage(PipelineConfig()).build_request(rows[0])
     one_tile = ModelsConfig().filter
     full = one_tile.model_copy(update={"mm_processor_kwargs": {}})
     assert one_tile.mm_processor_kwargs == {"max_dynamic_patch": 1}

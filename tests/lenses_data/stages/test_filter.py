@@ -85,7 +85,9 @@ def test_filter_decisions_and_rejections(filtered) -> None:
 
 
 def test_filter_request_is_listing_1_with_the_image_and_a_yes_no_choice() -> None:
-    request = filter_stage.build_request({"image_id": "a", "path": "/images/a.png"})
+    request = filter_stage.FilterStage(PipelineConfig()).build_request(
+        {"image_id": "a", "path": "/images/a.png"}
+    )
     assert request.key == "filter:a" and request.role == "filter" and request.choice == ["YES", "NO"]
     assert request.image_path == "/images/a.png" and request.text == get_template("filter").text
 

@@ -72,6 +72,7 @@ class EchoStage(ShardedStage):
     """Keeps each text, rejects those saying 'bad'; asks the client (if any) once per kept row."""
 
     name = "echo"
+    output_settings = ()  # a test stage: nothing in a config changes what it keeps
     input_stage = "generate"
     model = LensText
     reads = ("text_id", "text")
