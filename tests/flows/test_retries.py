@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,6 +25,17 @@ class FlakyStage:
     input_stage = None
     reads = ()
     writes = ()
+    output_settings = ()  # the protocol asks for them; nothing in a config changes this double
+
+    def built_as(self) -> Any:
+        """A stand-in for its class in `registry.stage_class`: builds this stage, and declares its
+        settings where the settings guard reads them (on the class)."""
+
+        def build(config: Any, **_: Any) -> FlakyStage:
+            return self
+
+        build.output_settings = self.output_settings  # type: ignore[attr-defined]
+        return build
 
     def __init__(self, failures: int, error: type[Exception] = RuntimeError):
         self.failures = failures
@@ -70,7 +82,7 @@ def _run_rules(config) -> dict:
 @pytest.mark.slow
 def test_failed_shard_is_retried_per_config(prefect_harness, tmp_path, monkeypatch):
     stage = FlakyStage(failures=1)
-    monkeypatch.setattr(registry, "stage_class", lambda name: lambda config: stage)
+    monkeypatch.setattr(registry, "stage_class", lambda name: stage.built_as())
     summary = _run_rules(_config(tmp_path, retries=1))
     assert sorted(stage.calls) == [0, 0, 1]
     assert summary["shards"] == 2
@@ -80,7 +92,7 @@ def test_failed_shard_is_retried_per_config(prefect_harness, tmp_path, monkeypat
 @pytest.mark.slow
 def test_shard_failing_beyond_its_retries_fails_the_stage(prefect_harness, tmp_path, monkeypatch):
     stage = FlakyStage(failures=5)
-    monkeypatch.setattr(registry, "stage_class", lambda name: lambda config: stage)
+    monkeypatch.setattr(registry, "stage_class", lambda name: stage.built_as())
     with pytest.raises(RuntimeError, match="simulated crash"):
         _run_rules(_config(tmp_path, retries=1))
     assert stage.calls.count(0) == 2
@@ -93,7 +105,7 @@ def test_a_permanent_error_is_not_retried(prefect_harness, tmp_path, monkeypatch
     from flows.failures import explain
 
     stage = FlakyStage(failures=5, error=ValueError)
-    monkeypatch.setattr(registry, "stage_class", lambda name: lambda config: stage)
+    monkeypatch.setattr(registry, "stage_class", lambda name: stage.built_as())
     with pytest.raises(ValueError, match="simulated crash") as raised:
         _run_rules(_config(tmp_path, retries=3))
     assert stage.calls.count(0) == 1
