@@ -3,11 +3,13 @@
 stages (`global_base.GlobalStage`).
 
 A stage declares its `name`, the stage it reads (`input_stage`), the columns it `reads` and
-`writes`, and `output_settings`: the config paths (and `prompt:<template>` hashes) that decide its
-output, which the settings guard records and compares on a rerun (`settings_guard.py`). The last is
-required: a stage that does not declare it would run unguarded, so constructing it, or guarding a
-run with it, fails with `StageDeclarationError` naming the stage. An empty tuple is a declaration
-too (a stage whose output no setting changes), but it must be written.
+`writes` (checked on every shard by the row stages' base), and `output_settings`: the config paths
+(and `prompt:<template>` hashes) that decide its output, which the settings guard records and
+compares on a rerun (`settings_guard.py`). The last three are required: a stage that does not
+declare its settings would run unguarded, so constructing it, or guarding a run with it, fails with
+`StageDeclarationError` naming the stage; so does building one that declares no columns. An empty
+tuple is a declaration too (a stage whose output no setting changes, ingest's input that is no
+table), but it must be written.
 
 The work: `input_shards` lists the shard indices, an idempotent `process_shard` does one (skipping
 a shard whose output and rejections exist) and `finish` writes the success marker and returns the
@@ -54,24 +56,39 @@ class StageDeclarationError(ConfigError):
     """A stage class lacks part of the protocol's declaration (e.g. `output_settings`)."""
 
 
+def _label(cls: type) -> str:
+    return f"stage {getattr(cls, 'name', '') or '?'} ({cls.__module__}.{cls.__qualname__})"
+
+
 def declared_output_settings(cls: type) -> tuple[str, ...]:
     """The class's `output_settings`; a clear error naming the stage when it declares none.
 
     Read from the class, so the settings guard can check a stage before building it."""
-    label = f"stage {getattr(cls, 'name', '') or '?'} ({cls.__module__}.{cls.__qualname__})"
     settings = getattr(cls, "output_settings", None)
     if settings is None:
         raise StageDeclarationError(
-            f"{label} declares no `output_settings`: every stage names the config paths (and "
+            f"{_label(cls)} declares no `output_settings`: every stage names the config paths (and "
             "`prompt:<template>` hashes) that decide its output, so a rerun with other settings is "
             "refused instead of mixing outputs; declare e.g. output_settings = ('annotate',)"
         )
     if not isinstance(settings, tuple) or not all(isinstance(p, str) and p for p in settings):
         raise StageDeclarationError(
-            f"{label}: `output_settings` must be a tuple of config paths (non-empty strings), "
+            f"{_label(cls)}: `output_settings` must be a tuple of config paths (non-empty strings), "
             f"got {settings!r}"
         )
     return settings
+
+
+def check_declaration(cls: type) -> None:
+    """Everything the protocol asks a stage class to declare: `output_settings`, and the columns it
+    `reads` and `writes` (a tuple each, empty for a stage whose input or output is no table)."""
+    declared_output_settings(cls)
+    for attribute in ("reads", "writes"):
+        columns = getattr(cls, attribute, None)
+        if not isinstance(columns, tuple) or not all(isinstance(c, str) and c for c in columns):
+            raise StageDeclarationError(
+                f"{_label(cls)}: `{attribute}` must be declared as a tuple of column names, got {columns!r}"
+            )
 
 
 class Stage(abc.ABC):
@@ -79,13 +96,13 @@ class Stage(abc.ABC):
 
     name: str = ""
     input_stage: str | None = None
-    reads: tuple[str, ...] = ()
-    writes: tuple[str, ...] = ()
-    # Required, with no default here: see `declared_output_settings`.
+    # Required, with no default here (`check_declaration`, when the stage is built).
+    reads: tuple[str, ...]
+    writes: tuple[str, ...]
     output_settings: tuple[str, ...]
 
     def __init__(self, config: PipelineConfig) -> None:
-        declared_output_settings(type(self))
+        check_declaration(type(self))
         self.config = config
 
     @abc.abstractmethod

@@ -43,6 +43,8 @@ class ShoutStage(AnnotationStage):
 
     name = "shout"
     output_settings = ()  # nothing in a config changes what it says
+    reads = ("image_id",)
+    writes = ("image_id", "text")
 
     def units(self, rows):
         return [(row, shape) for shape in ("upper", "title") for row in rows]

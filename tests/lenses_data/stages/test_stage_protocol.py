@@ -1,7 +1,7 @@
 """One protocol for every stage (`lenses_data.stages.protocol.Stage`): every registered stage
 implements it, and a stage that does not declare `output_settings` (which the settings guard
 records and compares on a rerun) is refused with an error naming it, when it is built and when a
-run is guarded with it, before anything is written."""
+run is guarded with it, before anything is written; so is one that does not declare its columns."""
 
 from __future__ import annotations
 
@@ -63,6 +63,22 @@ def test_a_stage_without_output_settings_is_refused_when_built_naming_it(cls: ty
     message = str(raised.value)
     assert f"stage {cls.name} ({__name__}.{cls.__qualname__}) declares no `output_settings`" in message
     assert isinstance(raised.value, ConfigError)  # the commands' exit code 2
+
+
+class NoColumns(ShardedStage):
+    """Declares its settings but not the columns it writes."""
+
+    name = "no_columns"
+    input_stage = "rules"
+    output_settings = ("annotate",)
+    reads = ("text_id",)
+
+
+def test_a_stage_without_its_columns_is_refused_when_built_naming_it():
+    with pytest.raises(
+        StageDeclarationError, match=r"stage no_columns \(.*NoColumns\): `writes` must be declared"
+    ):
+        NoColumns(PipelineConfig())
 
 
 def test_output_settings_must_be_a_tuple_of_paths():
