@@ -131,30 +131,43 @@ def _embed_overrides(args: argparse.Namespace) -> dict:
 
 
 def handle_export(args: argparse.Namespace) -> int:
-    import sys
     from pathlib import Path
 
     from lenses_app.stage_command import report_accepted
     from lenses_data.stages.entry import guarded_run, run_entered_stage
     from lenses_data.stages.export import export_dataset
 
+    show = None
     try:
         config = resolve(args, _embed_overrides(args))
         run = Path(config.run_dir)
+        show = _export_printer(Path(args.out) if args.out else run / "export", config.export.embed_images)
         if args.out:  # written elsewhere: the lock (it reads the run), no settings recorded in RUN/export
             with guarded_run(run):
                 manifest = export_dataset(run, Path(args.out), config)
-            out = Path(args.out)
         else:
             manifest = run_entered_stage("export", config)
-            out = run / "export"
     except Exception as error:  # noqa: BLE001 - an expected failure is one line and its exit code
-        return stage_error(error)
+        return stage_error(error, show=show)
+    show(manifest)
     report_accepted(manifest)
-    tables = manifest.get("tables", {})
-    print(f"dataset written to {out.resolve()}: " + ", ".join(f"{k} {v:,} rows" for k, v in tables.items()))
-    images = "with the image bytes" if config.export.embed_images else "images as build-machine paths"
-    print(f"Hugging Face: datasets.load_dataset({str(out.resolve())!r}, 'captions'); {images}")
-    if manifest.get("simulated"):
-        print("SIMULATED: this export contains simulated model answers; do not train on it", file=sys.stderr)
     return 0
+
+
+def _export_printer(out, embedded: bool):
+    """Where the dataset went and how to load it (also for an export whose yield left its band)."""
+    import sys
+
+    def show(manifest: dict) -> None:
+        tables = manifest.get("tables", {})
+        print(
+            f"dataset written to {out.resolve()}: " + ", ".join(f"{k} {v:,} rows" for k, v in tables.items())
+        )
+        images = "with the image bytes" if embedded else "images as build-machine paths"
+        print(f"Hugging Face: datasets.load_dataset({str(out.resolve())!r}, 'captions'); {images}")
+        if manifest.get("simulated"):
+            print(
+                "SIMULATED: this export contains simulated model answers; do not train on it", file=sys.stderr
+            )
+
+    return show
