@@ -37,11 +37,21 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from lenses_data.config import PipelineConfig
+from lenses_data.config import ConfigError, PipelineConfig
 from lenses_data.publish.yields import judge_yields
 from lenses_data.runlock import run_directory_lock
 from lenses_data.stages.registry import open_stage, pipeline_order
 from lenses_data.stages.settings_guard import check_run_settings, check_stage_settings, record_stage_settings
+
+
+def known_order(config: PipelineConfig) -> list[str]:
+    """The pipeline's stages; `ConfigError` (exit 2, before any work) for a stage the config's
+    `orchestration.stages` names that is not one of them (a typo would otherwise be ignored)."""
+    order = pipeline_order(config)
+    unknown = sorted(set(config.orchestration.stages) - set(order))
+    if unknown:
+        raise ConfigError(f"orchestration.stages: unknown stage(s) {unknown}; stages: {', '.join(order)}")
+    return order
 
 
 class GuardedRun:
@@ -53,11 +63,11 @@ class GuardedRun:
 
     def check_all(self, config: PipelineConfig) -> None:
         """A build: every stage on disk must have been made with `config`'s settings."""
-        self._checked = check_run_settings(self.run, config, pipeline_order(config))
+        self._checked = check_run_settings(self.run, config, known_order(config))
 
     def check_stage(self, stage: str, config: PipelineConfig) -> None:
         """One stage on its own: its outputs and the next stage's must match `config`'s settings."""
-        self._checked = {stage: check_stage_settings(self.run, config, pipeline_order(config), stage)}
+        self._checked = {stage: check_stage_settings(self.run, config, known_order(config), stage)}
 
     def begin(self, stage: str) -> None:
         """Record the stage's checked settings before its first shard is written."""
