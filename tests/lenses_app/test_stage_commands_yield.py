@@ -1,6 +1,7 @@
 """Every stage command judges its stage's yield as `lenses run` judges the build's (issue 44): a
 stage whose rejection share leaves its `yields` band writes its outputs, names the reasons' counts
-on stderr and exits 5; with `--accept-yield` the same run exits 0 with a warning.
+on stderr and exits 5 (again on a rerun that skips every finished shard: the totals are the ones on
+disk); with `--accept-yield` the same run exits 0 with a warning.
 
 Each command reruns its stage on a copy of the sample run built by the commands themselves
 (tests/lenses_app/conftest.py), with a config that puts the stage outside its band: the
@@ -64,6 +65,9 @@ def test_a_stage_outside_its_band_exits_5_with_its_reasons_unless_accepted(argv,
     assert "--accept-yield" in err
     assert io.stage_is_complete(run, stage)  # the outputs are written: the stage is done, but suspect
     assert out.strip()  # and its summary shown
+    # A rerun finds every shard done and skips it, but judges what is on disk: still out of band.
+    assert stage_command(argv, config, run) == 5
+    assert line in capsys.readouterr().err.splitlines()
 
     shutil.rmtree(io.stage_dir(run, stage))
     assert stage_command([*argv, "--accept-yield"], config, run) == 0
