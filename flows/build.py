@@ -106,15 +106,9 @@ def build_dataset(
 def judge_yields(config: PipelineConfig, result: dict[str, Any]) -> None:
     """Raise `YieldOutOfBand` when a stage of the funnel left its `yields` band, unless accepted
     (then the breaches are logged and recorded in the result as `accepted_yields`)."""
-    from lenses_data.publish.yields import YieldOutOfBand, out_of_band
+    from lenses_data.publish.yields import judge_yields as judge
 
-    breaches = out_of_band(result["stages"], config.yields)
-    if not breaches:
-        return
-    if not config.yields.accept:
-        raise YieldOutOfBand(breaches, result)
-    result["accepted_yields"] = [breach.describe() for breach in breaches]
-    for line in result["accepted_yields"]:
+    for line in judge(result, config.yields):
         get_run_logger().warning("accepted (yields.accept): %s", line)
 
 

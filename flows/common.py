@@ -104,9 +104,10 @@ def _missing(runner: str, package: str) -> RuntimeError:
     return RuntimeError(f"task_runner {runner!r} needs `pip install {package}`")
 
 
-def make_task_runner(config: PipelineConfig):
-    """Thread pool on one machine; Dask or Ray when configured and installed."""
-    settings = config.orchestration
+def make_task_runner(config: PipelineConfig, stage: str | None = None):
+    """Thread pool on one machine; Dask or Ray when configured and installed. With `stage`, its own
+    values (`orchestration.stages.<stage>`, e.g. `max_workers`) over the global ones."""
+    settings = config.orchestration.for_stage(stage) if stage else config.orchestration
     if settings.task_runner == "dask":
         try:
             from prefect_dask import DaskTaskRunner

@@ -32,9 +32,9 @@ from flows.observers import Broadcast
 from flows.reporting import in_flow_run, publish_stage_table, start_progress, update_progress
 from flows.runlogs import lenses_logs_to_run
 from flows.worker_stages import release_worker_stages, worker_stage
-from lenses_data.config import OrchestrationConfig, PipelineConfig
+from lenses_data.config import OrchestrationConfig, PipelineConfig, deep_merge
 from lenses_data.stages.base import ShardStats, log_simulated, run_stage
-from lenses_data.stages.entry import GuardedRun, guarded_run
+from lenses_data.stages.entry import GuardedRun, run_entered_stage
 from lenses_data.stages.registry import build_stage
 
 # No `retries` or `retry_delay_seconds` here: every submission sets both from the config
@@ -76,16 +76,23 @@ def process_shard_batch_task(
 
 
 def shard_task_options(settings: OrchestrationConfig) -> dict[str, Any]:
-    """The shard tasks' retries, from the config (`orchestration.task_retries`, `retry_delay_s`)."""
-    return {"retries": settings.task_retries, "retry_delay_seconds": settings.retry_delay_s}
+    """The shard tasks' retries and tags, from the config (`orchestration.task_retries`,
+    `retry_delay_s`, `tags`; a stage's own are in `settings` from `OrchestrationConfig.for_stage`)."""
+    options: dict[str, Any] = {
+        "retries": settings.task_retries,
+        "retry_delay_seconds": settings.retry_delay_s,
+    }
+    if settings.tags:
+        options["tags"] = set(settings.tags)
+    return options
 
 
 def prefect_shard_map(
     stage_name: str, config: PipelineConfig, token: str, progress_id: str | None
 ) -> Callable[[list[int]], Iterator[ShardStats]]:
     """`map_shards` for `run_stage`: one Prefect task per shard, or per group of shards, on the
-    flow's task runner."""
-    settings = config.orchestration
+    flow's task runner, with the stage's own retries and grouping (`orchestration.stages`)."""
+    settings = config.orchestration.for_stage(stage_name)
     options = shard_task_options(settings)
 
     def submit(batches: list[list[int]]) -> list:
@@ -145,7 +152,7 @@ def run_stage_with_runner(stage_name: str, config: PipelineConfig, run: GuardedR
     `run` is the run directory held through `lenses_data.stages.entry`, its settings checked: the
     stage's are recorded before its first shard."""
     run.begin(stage_name)
-    runner = make_task_runner(config)
+    runner = make_task_runner(config, stage_name)  # the stage's own max_workers, if it has one
     progress = start_progress(config.run_dir, stage_name)
     configured = stage_shards_flow.with_options(
         flow_run_name=f"{run_label(config.run_dir)}-{stage_name}-shards", task_runner=runner
@@ -166,6 +173,9 @@ STAGE_FLOW_DOC = """Run the `{stage}` stage of the Lenses pipeline over every sh
         run_dir: Run directory; overrides the config's run_dir (and LENSES__RUN_DIR).
         overrides: Config fields over the file and the LENSES__ environment, nested as in the YAML,
             e.g. {{"shard_size": 500}}.
+        accept_yield: Accept a rejection share outside the stage's band (`yields.accept`): the run
+            completes with a warning; otherwise it ends Failed, the reasons' counts in its message
+            (the outputs are written either way).
     """
 
 
@@ -173,13 +183,22 @@ def _stage_flow(stage_name: str):
     flow_name = stage_name.replace("_", "-")
 
     def stage_flow(
-        config_path: str | None = None, run_dir: str | None = None, overrides: dict[str, Any] | None = None
+        config_path: str | None = None,
+        run_dir: str | None = None,
+        overrides: dict[str, Any] | None = None,
+        accept_yield: bool = False,
     ) -> Any:
         def body() -> dict[str, Any]:
-            config = load_run_config(config_path, run_dir, overrides)
-            with guarded_run(config.run_dir, current_flow_run_id()) as run:
-                run.check_stage(stage_name, config)  # its outputs and the next stage's, as `lenses <stage>`
-                return run_stage_with_runner(stage_name, config, run)
+            accepting = {"yields": {"accept": True}} if accept_yield else {}
+            config = load_run_config(config_path, run_dir, deep_merge(overrides or {}, accepting))
+            # The lock, its outputs' and the next stage's settings (as `lenses <stage>`), the
+            # shards on this flow's task runner, then the stage's yield judged.
+            summary = run_entered_stage(
+                stage_name, config, flow_run_id=current_flow_run_id(), runner=run_stage_with_runner
+            )
+            for line in summary.get("accepted_yields", ()):
+                get_run_logger().warning("accepted (yields.accept): %s", line)
+            return summary
 
         with lenses_logs_to_run():
             return run_explained(body)

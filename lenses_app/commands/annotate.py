@@ -81,31 +81,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle_stage(args: argparse.Namespace) -> int:
-    import contextlib
     import json
-    import sys
-    from pathlib import Path
 
-    from lenses_data.stages.base import log_simulated, run_stage
-    from lenses_data.stages.entry import guarded_stage
-    from lenses_data.stages.registry import open_stage
+    from lenses_app.stage_command import report_accepted
+    from lenses_data.stages.base import log_simulated
+    from lenses_data.stages.entry import run_entered_stage
 
-    with contextlib.ExitStack() as stack:
-        try:
-            config = resolve(args)
-            stack.enter_context(guarded_stage(args.stage, config))  # the lock, then the settings check
-            if args.simulate:
-                from lenses_data.simulator.dryrun import simulated_models
+    def show(summary: dict) -> None:
+        log_simulated(summary)
+        print(json.dumps(summary, indent=1, sort_keys=True, default=str))
 
-                config = stack.enter_context(simulated_models(config))
-                print("SIMULATED: model answers come from the built-in simulator", file=sys.stderr)
-            stage = stack.enter_context(open_stage(args.stage, config))
-            summary = run_stage(stage, Path(config.run_dir))
-            log_simulated(summary)
-        except Exception as error:  # noqa: BLE001 - an expected failure is one line and its exit code
-            return stage_error(error)
-    print(json.dumps(summary, indent=1, sort_keys=True, default=str))
+    try:
+        config = resolve(args)
+        summary = run_entered_stage(args.stage, config, scope=_simulated if args.simulate else None)
+    except Exception as error:  # noqa: BLE001 - an expected failure is one line and its exit code
+        return stage_error(error, show=show)
+    show(summary)
+    report_accepted(summary)
     return 0
+
+
+def _simulated(config):
+    """`--simulate`: the built-in simulator answers the model calls, inside the lock."""
+    import sys
+
+    from lenses_data.simulator.dryrun import simulated_models
+
+    print("SIMULATED: model answers come from the built-in simulator", file=sys.stderr)
+    return simulated_models(config)
 
 
 def _embed_overrides(args: argparse.Namespace) -> dict:
@@ -128,30 +131,43 @@ def _embed_overrides(args: argparse.Namespace) -> dict:
 
 
 def handle_export(args: argparse.Namespace) -> int:
-    import sys
     from pathlib import Path
 
-    from lenses_data.stages.base import run_stage
-    from lenses_data.stages.entry import guarded_run, guarded_stage
-    from lenses_data.stages.export import ExportStage, export_dataset
+    from lenses_app.stage_command import report_accepted
+    from lenses_data.stages.entry import guarded_run, run_entered_stage
+    from lenses_data.stages.export import export_dataset
 
+    show = None
     try:
         config = resolve(args, _embed_overrides(args))
         run = Path(config.run_dir)
+        show = _export_printer(Path(args.out) if args.out else run / "export", config.export.embed_images)
         if args.out:  # written elsewhere: the lock (it reads the run), no settings recorded in RUN/export
             with guarded_run(run):
                 manifest = export_dataset(run, Path(args.out), config)
-            out = Path(args.out)
         else:
-            with guarded_stage("export", config):
-                manifest = run_stage(ExportStage(config), run)
-            out = run / "export"
+            manifest = run_entered_stage("export", config)
     except Exception as error:  # noqa: BLE001 - an expected failure is one line and its exit code
-        return stage_error(error)
-    tables = manifest.get("tables", {})
-    print(f"dataset written to {out.resolve()}: " + ", ".join(f"{k} {v:,} rows" for k, v in tables.items()))
-    images = "with the image bytes" if config.export.embed_images else "images as build-machine paths"
-    print(f"Hugging Face: datasets.load_dataset({str(out.resolve())!r}, 'captions'); {images}")
-    if manifest.get("simulated"):
-        print("SIMULATED: this export contains simulated model answers; do not train on it", file=sys.stderr)
+        return stage_error(error, show=show)
+    show(manifest)
+    report_accepted(manifest)
     return 0
+
+
+def _export_printer(out, embedded: bool):
+    """Where the dataset went and how to load it (also for an export whose yield left its band)."""
+    import sys
+
+    def show(manifest: dict) -> None:
+        tables = manifest.get("tables", {})
+        print(
+            f"dataset written to {out.resolve()}: " + ", ".join(f"{k} {v:,} rows" for k, v in tables.items())
+        )
+        images = "with the image bytes" if embedded else "images as build-machine paths"
+        print(f"Hugging Face: datasets.load_dataset({str(out.resolve())!r}, 'captions'); {images}")
+        if manifest.get("simulated"):
+            print(
+                "SIMULATED: this export contains simulated model answers; do not train on it", file=sys.stderr
+            )
+
+    return show

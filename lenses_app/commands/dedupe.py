@@ -26,9 +26,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     import json
-    from pathlib import Path
 
-    from lenses_app.stage_command import resolve, stage_error
+    from lenses_app.stage_command import report_accepted, resolve, stage_error
+    from lenses_data.stages.dedupe import format_summary
+    from lenses_data.stages.entry import run_entered_stage
+
+    def show(summary: dict) -> None:
+        print(json.dumps(summary, indent=1, default=str) if args.json else format_summary(summary))
 
     try:
         config = resolve(args)
@@ -38,13 +42,9 @@ def handle(args: argparse.Namespace) -> int:
             result = calibrate(args.calibrate, config.dedupe.hash_kind)
             print(json.dumps(result, indent=1) if args.json else format_calibration(result))
             return 0
-        from lenses_data.stages.base import run_stage
-        from lenses_data.stages.dedupe import DedupeStage, format_summary
-        from lenses_data.stages.entry import guarded_stage
-
-        with guarded_stage("dedupe", config):  # the lock, then the settings check
-            summary = run_stage(DedupeStage(config), Path(config.run_dir))
+        summary = run_entered_stage("dedupe", config)  # lock, settings, setup/close, then its yield
     except Exception as error:  # noqa: BLE001 - an expected failure is one line and its exit code
-        return stage_error(error, (ValueError,))
-    print(json.dumps(summary, indent=1, default=str) if args.json else format_summary(summary))
+        return stage_error(error, (ValueError,), show)
+    show(summary)
+    report_accepted(summary)
     return 0

@@ -1,7 +1,8 @@
 """`lenses ingest`: decode-check, hash and record candidate images from one or more sources.
 
 `--source` and `--workers` are explicit overrides of `ingest.sources` / `ingest.workers`; the run
-goes through `lenses_data.stages.entry` (lock and settings guard) like every stage command."""
+goes through `lenses_data.stages.entry.run_entered_stage` (lock, settings guard, the stage's
+setup/close, `run_stage`, its yield judged) like every stage command."""
 
 from __future__ import annotations
 
@@ -30,9 +31,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from lenses_app.stage_command import resolve, stage_error
+    import time
+
+    from lenses_app.stage_command import report_accepted, resolve, stage_error
     from lenses_data.candidates.sources import SourceError
 
+    started = time.monotonic()
+    show = None
     try:
         flags: dict = {"ingest": {"sources": args.source}} if args.source else {}
         if args.workers is not None:
@@ -41,13 +46,36 @@ def handle(args: argparse.Namespace) -> int:
         from lenses_data.stages.ingest_exec import start_decoders
 
         start_decoders(config.ingest.workers)  # the decoders' imports overlap the ones below
-        from lenses_data.stages.entry import guarded_stage
-        from lenses_data.stages.ingest import checked_sources, run_ingest
+        from lenses_data.stages.entry import run_entered_stage
+        from lenses_data.stages.ingest import checked_sources
 
         checked_sources(config.ingest.sources, config)  # a missing source says so, whatever the run holds
-        with guarded_stage("ingest", config):  # the lock, then the settings check
-            summary = run_ingest(config.ingest.sources, config.run_dir, config)
+        show = _printer(config.run_dir, started)
+        summary = run_entered_stage("ingest", config)  # lock, settings, run_stage, then its yield
     except Exception as error:  # noqa: BLE001 - an expected failure is one line and its exit code
-        return stage_error(error, (SourceError, ValueError))
-    print(summary.format())
+        return stage_error(error, (SourceError, ValueError), show)
+    show(summary)
+    report_accepted(summary)
     return 0
+
+
+def _printer(run: str, started: float):
+    """Print what RUN/ingest holds (its `_summary.json`, also when the stage was already done)."""
+    import json
+    import time
+    from collections import Counter
+    from pathlib import Path
+
+    from lenses_data import io
+    from lenses_data.stages.ingest import STAGE, SUMMARY_FILE, IngestSummary
+
+    def show(_: dict) -> None:
+        written = json.loads((io.stage_dir(run, STAGE) / SUMMARY_FILE).read_text())
+        print(
+            IngestSummary(
+                Path(run), written["sources"], written["accepted"], Counter(written["rejected"]),
+                Counter(written["skipped"]), written["shards"], time.monotonic() - started,
+            ).format()
+        )  # fmt: skip
+
+    return show

@@ -12,7 +12,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "near-duplicate groups (kept beside removed, each removal's signal, distance and threshold; the "
         "largest groups and those nearest each threshold first), rejections by stage and reason with "
         "examples, and the dataset card's funnel and Table-1 counts. Opens from disk; loads nothing from the network. The export writes "
-        "one too (export.report_images)."
+        "one too (export.report_images). It holds the run directory while it writes, as the stage "
+        "commands do. Exit codes: 0 written; 2 no export or a bad option; 3 run directory in use by a "
+        "live run."
     )
     parser = subparsers.add_parser(
         "report", help="write the build report (report/index.html)", description=description
@@ -36,7 +38,9 @@ def handle(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
+    from lenses_app.stage_command import stage_error
     from lenses_data.publish.report import write_report
+    from lenses_data.stages.entry import guarded_run
 
     export = Path(args.export) if args.export else Path(args.run) / "export"
     if not (export / "manifest.json").exists():
@@ -45,9 +49,19 @@ def handle(args: argparse.Namespace) -> int:
     if min(args.n, args.examples, args.groups) < 0:
         print("error: --n, --examples and --groups must be 0 or more", file=sys.stderr)
         return 2
-    done = write_report(
-        args.run, export, args.out, n=args.n, examples=args.examples, groups=args.groups, seed=args.seed
-    )
+    try:  # it reads the run: held like every stage command (exit 3 while a live run writes it)
+        with guarded_run(args.run):
+            done = write_report(
+                args.run,
+                export,
+                args.out,
+                n=args.n,
+                examples=args.examples,
+                groups=args.groups,
+                seed=args.seed,
+            )
+    except Exception as error:  # noqa: BLE001 - an expected failure is one line and its exit code
+        return stage_error(error)
     print(
         f"report: {Path(done['index']).resolve()}  ({done['images']} images, {done['groups']} near-duplicate "
         f"groups, {done['reasons']} rejection reasons; {done['bytes'] / 1e6:.1f} MB, {done['seconds']:.1f} s)"

@@ -25,19 +25,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     import json
-    from pathlib import Path
 
-    from lenses_app.stage_command import resolve, stage_error
+    from lenses_app.stage_command import report_accepted, resolve, stage_error
+    from lenses_data.stages.entry import run_entered_stage
+    from lenses_data.stages.split import format_summary
+
+    def show(summary: dict) -> None:
+        print(json.dumps(summary, indent=1, default=str) if args.json else format_summary(summary))
 
     try:
         config = resolve(args, {"split": {"input_stage": args.input}} if args.input else None)
-        from lenses_data.stages.base import run_stage
-        from lenses_data.stages.entry import guarded_stage
-        from lenses_data.stages.split import SplitStage, format_summary
-
-        with guarded_stage("split", config):  # the lock, then the settings check
-            summary = run_stage(SplitStage(config), Path(config.run_dir))
+        summary = run_entered_stage("split", config)  # lock, settings, setup/close, then its yield
     except Exception as error:  # noqa: BLE001 - an expected failure is one line and its exit code
-        return stage_error(error, (ValueError,))
-    print(json.dumps(summary, indent=1, default=str) if args.json else format_summary(summary))
+        return stage_error(error, (ValueError,), show)
+    show(summary)
+    report_accepted(summary)
     return 0

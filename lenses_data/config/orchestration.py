@@ -1,4 +1,13 @@
-"""How shard tasks are executed: task runner, parallelism, retries (Prefect flows read this)."""
+"""How shard tasks are executed: task runner, parallelism, retries (Prefect flows read this).
+
+The values at the top are every stage's; `stages.<stage>` overrides some of them for one stage
+(a flaky model role retried more, a heavy one run with fewer tasks in flight):
+
+    orchestration:
+      task_retries: 2
+      stages:
+        visual_validate: {task_retries: 5, retry_delay_s: 60, max_workers: 1, tags: [vlm-38b]}
+"""
 
 from __future__ import annotations
 
@@ -6,6 +15,25 @@ import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+
+class StageOrchestration(BaseModel):
+    """One stage's own values; an unset field is the global one (`orchestration.<field>`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    task_retries: int | None = Field(None, ge=0, description="Prefect retries of this stage's shard tasks")
+    retry_delay_s: float | None = Field(None, ge=0)
+    max_workers: int | None = Field(
+        None, ge=1, description="This stage's shard tasks in flight (thread runner)"
+    )
+    shards_per_task: int | None = Field(None, ge=1)
+    max_tasks_per_stage: int | None = Field(None, ge=1)
+    tags: tuple[str, ...] = Field(
+        (),
+        description="Prefect tags of this stage's shard tasks: a tag concurrency limit on the server "
+        "(`prefect concurrency-limit create TAG N`) caps them across every run sharing a resource",
+    )
 
 
 class OrchestrationConfig(BaseModel):
@@ -38,9 +66,25 @@ class OrchestrationConfig(BaseModel):
     )
     task_retries: int = Field(2, ge=0, description="Prefect retries of a failed shard task")
     retry_delay_s: float = Field(10.0, ge=0)
+    tags: tuple[str, ...] = Field(
+        (), description="Prefect tags of every shard task (see stages.<stage>.tags)"
+    )
     train_deployment: str | None = Field(
         None, description="Deployment to hand off to after export, e.g. 'train-retriever/h200x8'"
     )
+
+    stages: dict[str, StageOrchestration] = Field(
+        default_factory=dict,
+        description="Per-stage retries, concurrency and task tags, by stage name; unset: the values above "
+        "(a name that is no stage of the pipeline is refused when a run is entered: lenses_data.stages.entry)",
+    )
+
+    def for_stage(self, stage: str) -> OrchestrationConfig:
+        """The values `stage` runs with: its own (`stages.<stage>`) over the global ones."""
+        own = self.stages.get(stage)
+        if own is None:
+            return self
+        return self.model_copy(update=own.model_dump(exclude_none=True, exclude_defaults=True))
 
     def shard_batches(self, shards: list[int]) -> list[list[int]]:
         """Consecutive groups of `shards`, one per task run: `shards_per_task` each, or more when

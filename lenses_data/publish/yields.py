@@ -16,7 +16,7 @@ from typing import Any
 
 from lenses_data.config.yields import Band, YieldsConfig
 
-# `lenses run`'s exit code for a build that ended with a stage outside its band (not accepted).
+# The exit code of `lenses run` and of every stage command whose stage ended outside its band (not accepted).
 YIELD_EXIT = 5
 
 
@@ -63,8 +63,23 @@ class YieldOutOfBand(Exception):
             f"yield out of band in {stages}: {breaches[0].describe()}"
             + (f" (and {len(breaches) - 1} more stage(s))" if len(breaches) > 1 else "")
             + ". Look at the rejections (RUN/<stage>/rejections-*.parquet, the build report); "
-            "accept with `lenses run --accept-yield` or `yields.accept: true`"
+            "accept with --accept-yield (`lenses run` or the stage's command), the stage flow's "
+            "accept_yield parameter or `yields.accept: true`"
         )
+
+
+def judge_yields(result: dict[str, Any], config: YieldsConfig) -> list[str]:
+    """Judge the stages of `result["stages"]` (a build's funnel, or the one stage a command or a
+    stage flow ran): raise `YieldOutOfBand` when one left its band, unless `config.accept`; then
+    the breaches' descriptions, also kept in the result as `accepted_yields`, for the caller to
+    report (stderr, the Prefect run's log)."""
+    breaches = out_of_band(result["stages"], config)
+    if breaches and not config.accept:
+        raise YieldOutOfBand(breaches, result)
+    accepted = [breach.describe() for breach in breaches]
+    if accepted:
+        result["accepted_yields"] = accepted
+    return accepted
 
 
 def wilson_interval(hits: int, n: int, z: float) -> tuple[float, float]:

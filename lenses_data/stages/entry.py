@@ -12,8 +12,14 @@ flow-run id for the lock's owner file.
             run.begin(stage)                                # records RUN/<stage>/_SETTINGS.json
             ...
 
-    with guarded_stage("rules", config):                    # one stage on its own
-        run_stage(...)
+    summary = run_entered_stage("rules", config)            # one stage on its own: the lock,
+                                                            # the guard, setup/close, run_stage,
+                                                            # then its yield judged
+
+`run_entered_stage` is how every stage command and stage flow runs its stage: the outputs are
+written first, then the stage's rejection share is judged against its `yields` band
+(`lenses_data.publish.yields`), so a stage that threw away everything raises `YieldOutOfBand`
+(exit 5, a Failed flow run) unless accepted. The build judges its whole funnel once instead.
 
 `lenses export --out DIR` writes outside the run: it holds the lock (it reads the run) and checks
 nothing on disk against its export settings.
@@ -26,14 +32,26 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from lenses_data.config import PipelineConfig
+from lenses_data.config import ConfigError, PipelineConfig
+from lenses_data.publish.yields import judge_yields
 from lenses_data.runlock import run_directory_lock
-from lenses_data.stages.registry import pipeline_order
+from lenses_data.stages.registry import open_stage, pipeline_order
 from lenses_data.stages.settings_guard import check_run_settings, check_stage_settings, record_stage_settings
+
+
+def known_order(config: PipelineConfig) -> list[str]:
+    """The pipeline's stages; `ConfigError` (exit 2, before any work) for a stage the config's
+    `orchestration.stages` names that is not one of them (a typo would otherwise be ignored)."""
+    order = pipeline_order(config)
+    unknown = sorted(set(config.orchestration.stages) - set(order))
+    if unknown:
+        raise ConfigError(f"orchestration.stages: unknown stage(s) {unknown}; stages: {', '.join(order)}")
+    return order
 
 
 class GuardedRun:
@@ -45,11 +63,11 @@ class GuardedRun:
 
     def check_all(self, config: PipelineConfig) -> None:
         """A build: every stage on disk must have been made with `config`'s settings."""
-        self._checked = check_run_settings(self.run, config, pipeline_order(config))
+        self._checked = check_run_settings(self.run, config, known_order(config))
 
     def check_stage(self, stage: str, config: PipelineConfig) -> None:
         """One stage on its own: its outputs and the next stage's must match `config`'s settings."""
-        self._checked = {stage: check_stage_settings(self.run, config, pipeline_order(config), stage)}
+        self._checked = {stage: check_stage_settings(self.run, config, known_order(config), stage)}
 
     def begin(self, stage: str) -> None:
         """Record the stage's checked settings before its first shard is written."""
@@ -72,3 +90,40 @@ def guarded_stage(stage: str, config: PipelineConfig, flow_run_id: str | None = 
         run.check_stage(stage, config)
         run.begin(stage)
         yield run
+
+
+# How an entered stage is run: (stage name, config, the held run) -> the stage's summary.
+StageRunner = Callable[[str, PipelineConfig, GuardedRun], dict[str, Any]]
+# A change of the config for the run only, inside the lock (e.g. `--simulate`'s simulator).
+ConfigScope = Callable[[PipelineConfig], AbstractContextManager[PipelineConfig]]
+
+
+def run_in_process(stage: str, config: PipelineConfig, run: GuardedRun) -> dict[str, Any]:
+    """The stage set up (`open_stage`), every shard in this process (`run_stage`), then closed."""
+    from lenses_data.stages.base import run_stage
+
+    with open_stage(stage, config) as opened:
+        return run_stage(opened, run.run)
+
+
+def run_entered_stage(
+    stage: str,
+    config: PipelineConfig,
+    *,
+    flow_run_id: str | None = None,
+    runner: StageRunner = run_in_process,
+    scope: ConfigScope | None = None,
+) -> dict[str, Any]:
+    """Run one stage through the entry and judge its yield; returns its summary.
+
+    The lock and settings guard (`guarded_stage`), the config's `scope` for the run (if any), the
+    `runner` (in this process by default; a stage flow maps Prefect tasks), then the judgement:
+    `YieldOutOfBand` (its `result["stages"]` is `[summary]`; the outputs are already written) when
+    the stage's rejection share left its `yields` band, unless `yields.accept`; an accepted breach
+    is in the summary as `accepted_yields` for the caller to report.
+    """
+    with guarded_stage(stage, config, flow_run_id) as run:
+        with scope(config) if scope else contextlib.nullcontext(config) as working:
+            summary = runner(stage, working, run)
+    accepted = judge_yields({"run_dir": config.run_dir, "stages": [summary]}, config.yields)
+    return {**summary, "accepted_yields": accepted} if accepted else summary

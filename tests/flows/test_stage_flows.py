@@ -271,6 +271,9 @@ def test_each_stage_flow_is_named_documented_and_takes_the_run_parameters(stage,
             True,
         )
         schema = stage_flow.parameters
-        assert list(schema.properties) == ["config_path", "run_dir", "overrides"]
+        assert list(schema.properties) == ["config_path", "run_dir", "overrides", "accept_yield"]
         assert not schema.required
-        assert all(schema.properties[name].get("default", None) is None for name in schema.properties)
+        assert all(
+            schema.properties[name].get("default", None) is None for name in list(schema.properties)[:3]
+        )
+        assert schema.properties["accept_yield"]["default"] is False

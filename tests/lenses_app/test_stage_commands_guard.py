@@ -2,37 +2,22 @@
 that differ from those its stage on disk was made with, it refuses as `lenses run` does (exit 2,
 one `error:` line naming the changed setting, old -> new), and writes nothing.
 
-The run is the sample pool built stage by stage with the commands themselves (model calls answered
-by the simulator), as the README's stage-by-stage section does it.
+The run is the sample pool built stage by stage with the commands themselves (tests/lenses_app/conftest.py).
 """
 
 from __future__ import annotations
 
 import hashlib
-import shutil
 from pathlib import Path
 
 import pytest
-import yaml
 
 from lenses_app.cli import main
 from lenses_data import io
 from lenses_data.config import deep_merge
 from lenses_data.runlock import LOCK_NAME, run_directory_lock
+from tests.lenses_app.conftest import COMMANDS, stage_command, write_config
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-# Every stage command in run order, with --simulate where it asks a model.
-COMMANDS = [
-    ["ingest"],
-    ["dedupe"],
-    ["filter", "--simulate"],
-    ["split"],
-    ["generate", "--simulate"],
-    ["rules"],
-    ["validate", "--simulate"],
-    ["visual-validate", "--simulate"],
-    ["export"],
-]
 # command -> (a setting its stage's output depends on, changed; the dotted path the refusal names)
 CHANGES = {
     "ingest": ({"ingest": {"min_side": 65}}, "ingest.min_side 64 -> 65"),
@@ -50,22 +35,6 @@ CHANGES = {
 }
 
 
-def _write_config(path: Path, settings: dict) -> str:
-    path.write_text(yaml.safe_dump(settings))
-    return str(path)
-
-
-def _settings(pool: Path) -> dict:
-    from lenses_data.candidates.sample import sample_sources
-
-    sample = yaml.safe_load((REPO_ROOT / "configs" / "sample.yaml").read_text())
-    return deep_merge(sample, {"ingest": {"sources": sample_sources(pool)}})
-
-
-def _command(argv: list[str], config: str, run: Path) -> int:
-    return main([*argv, "--config", config, "--run", str(run)])
-
-
 def _snapshot(run: Path) -> dict[str, tuple[int, str]]:
     """Every file of the run with its modification time and content digest."""
     return {
@@ -73,25 +42,6 @@ def _snapshot(run: Path) -> dict[str, tuple[int, str]]:
         for p in sorted(run.rglob("*"))
         if p.is_file() and p.name != LOCK_NAME
     }
-
-
-@pytest.fixture(scope="module")
-def built_run(sample_pool: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    root = tmp_path_factory.mktemp("stage_commands")
-    settings = _settings(sample_pool)
-    config = _write_config(root / "sample.yaml", settings)
-    run = root / "run"
-    for argv in COMMANDS:
-        assert _command(argv, config, run) == 0, argv
-    return run, settings
-
-
-@pytest.fixture
-def run_copy(built_run, tmp_path) -> tuple[Path, dict]:
-    run, settings = built_run
-    copy = tmp_path / "run"
-    shutil.copytree(run, copy, symlinks=True)
-    return copy, settings
 
 
 def test_every_command_recorded_its_stage_settings(built_run):
@@ -108,8 +58,8 @@ def test_a_command_with_changed_settings_refuses_and_writes_nothing(argv, run_co
         io.shard_path(run, "rules", 0).unlink()
     before = _snapshot(run)
     capsys.readouterr()
-    config = _write_config(tmp_path / "changed.yaml", deep_merge(settings, change))
-    assert _command(argv, config, run) == 2
+    config = write_config(tmp_path / "changed.yaml", deep_merge(settings, change))
+    assert stage_command(argv, config, run) == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     stage = argv[0].replace("-", "_")
     assert len(errors) == 1 and errors[0].startswith(f"error: stage {stage} in {run} "), errors
@@ -122,7 +72,7 @@ def test_the_same_settings_redo_a_deleted_shard_byte_identical(run_copy, tmp_pat
     shard = io.shard_path(run, "rules", 0)
     kept = shard.read_bytes()
     shard.unlink()
-    assert _command(["rules"], _write_config(tmp_path / "same.yaml", settings), run) == 0
+    assert stage_command(["rules"], write_config(tmp_path / "same.yaml", settings), run) == 0
     assert shard.read_bytes() == kept
 
 

@@ -94,6 +94,32 @@ def test_shard_batches_group_consecutive_shards_and_cap_the_task_runs_of_a_stage
         OrchestrationConfig(shards_per_task=0)
 
 
+def test_a_stages_own_orchestration_values_fall_back_to_the_global_ones(tmp_path):
+    from lenses_data.config import ConfigError, config_from_dict
+    from lenses_data.stages.entry import guarded_stage
+
+    settings = config_from_dict(
+        {
+            "orchestration": {
+                "shards_per_task": 2,
+                "stages": {"generate": {"shards_per_task": 5, "max_workers": 1}},
+            }
+        },
+        environ={},
+    ).orchestration
+    own, other = settings.for_stage("generate"), settings.for_stage("rules")
+    assert (own.shards_per_task, own.max_workers, own.task_retries) == (5, 1, settings.task_retries)
+    assert own.shard_batches(list(range(6))) == [[0, 1, 2, 3, 4], [5]]
+    assert other == settings and other.shard_batches(list(range(3))) == [[0, 1], [2]]
+    typo = {"run_dir": str(tmp_path / "run"), "orchestration": {"stages": {"valdate": {"task_retries": 1}}}}
+    with pytest.raises(ConfigError, match=r"unknown stage\(s\) \['valdate'\]"):  # refused on entering a run
+        with guarded_stage("split", config_from_dict(typo, environ={})):
+            pass
+    assert not (tmp_path / "run" / "split").exists()
+    with pytest.raises(ConfigError, match="retries"):  # and so is a field a stage cannot set
+        config_from_dict({"orchestration": {"stages": {"rules": {"retries": 1}}}}, environ={})
+
+
 def test_one_precedence_defaults_file_environment_overrides(tmp_path):
     """Lowest first: defaults, the file, the LENSES__ environment, then explicit overrides."""
     from lenses_data.config import resolve_config
