@@ -160,10 +160,16 @@ class ImpSection(_Section):
     calibration: ImpCalibrationSection | None = None
     batch_size: int = 64
     device: str = "cpu"
-    negatives: Literal["discarded", "shifted"] = Field(
+    negatives: Literal["discarded", "visual_discarded", "shifted"] = Field(
         default="discarded",
         description="AUPRC negatives: discarded = a text of the same image the validators discarded "
-        "(shifted where an image has none); shifted = the next image's first caption for every image",
+        "(shifted where an image has none); visual_discarded = the same with the visual validator's "
+        "discards only; shifted = the next image's first caption for every image",
+    )
+    table2_models: Literal["split", "zero_shot"] = Field(
+        default="split",
+        description="IMP Table 2 averages the AUPRC of: split = the models of `models` (IMP's seven: "
+        "six voters and the tie-breaker); zero_shot = the baselines.zero_shot rows",
     )
     build_run: str | None = Field(
         default=None,
