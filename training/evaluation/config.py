@@ -76,9 +76,11 @@ class LoraClipSection(_Section):
 
 
 ZeroShotFamily = Literal[
-    "open_clip", "blip2", "hf_clip", "bge_vl_mllm", "jina_v4", "altclip", "align", "groupvit", "blip", "flava"
-]
-_LOCAL_DIR_FAMILIES = ("blip2", "hf_clip", "bge_vl_mllm", "altclip", "align", "groupvit", "blip", "flava")
+    "open_clip", "blip2", "hf_clip", "bge_vl_mllm", "jina_v4", "altclip", "align", "groupvit", "blip", "flava",
+    "imagebind", "vlm2vec_phi3",
+]  # fmt: skip
+_LOCAL_DIR_FAMILIES = ("blip2", "hf_clip", "bge_vl_mllm", "jina_v4", "altclip", "align", "groupvit", "blip",
+                       "flava")  # fmt: skip
 
 
 class ZeroShotSection(_Section):
@@ -105,6 +107,10 @@ class ZeroShotSection(_Section):
         if self.family in _LOCAL_DIR_FAMILIES and not self.path:
             raise ValueError(
                 f"zero-shot row {self.row!r} ({self.family}) needs path: a local model directory"
+            )
+        if self.family == "imagebind" and not self.model_config_path and self.model_name != "ViT-H-14":
+            raise ValueError(
+                f"zero-shot row {self.row!r} (imagebind) is OpenCLIP ViT-H-14: set model_name: ViT-H-14"
             )
         return self
 

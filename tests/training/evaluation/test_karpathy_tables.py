@@ -127,7 +127,7 @@ def test_lenses_evaluate_writes_supp_tables_1_and_2(tiny_config, tiny_export, tm
         "metrics": {"protocols": ["lens_gallery"]},
         "baselines": {"open_clip": {"enabled": True, **oc}, "similarity_ablations": False, "text_only": False,
                       "zero_shot": [{"row": "OpenAI CLIP-B/16", "family": "open_clip", **oc},
-                                     {"row": "Jina-v4", "family": "jina_v4"}]},
+                                     {"row": "VLM2Vec", "family": "vlm2vec_phi3"}]},
         "external": {
             "coco": {"captions_json": str(coco), "images_dir": str(tmp_path / "coco" / "images"),
                      "prompts": str(tmp_path / "prompts.csv")},
@@ -146,7 +146,9 @@ def test_lenses_evaluate_writes_supp_tables_1_and_2(tiny_config, tiny_export, tm
         assert {"OpenAI CLIP-B/16", "Lenses - All", "Lenses - Literal"} <= set(res["systems"])
         assert any(s.startswith("Zero-shot open_clip") for s in res["systems"])
         section = report.split(heading)[1].split("\n## ")[0]
-        assert "Jina-v4" in res["unavailable"] and "unavailable: jina_v4" in _line(section, "| Jina-v4 |")
+        assert "VLM2Vec" in res["unavailable"] and "unavailable: vlm2vec_phi3" in _line(
+            section, "| VLM2Vec |"
+        )
         for row in ("OpenAI CLIP-B/16", "Lenses - All", "Lenses - Literal"):
             cells = _cells(_line(section, f"| {row} |"))
             m = res["systems"][row]
