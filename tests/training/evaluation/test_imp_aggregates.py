@@ -142,16 +142,21 @@ def test_table2_defaults_to_the_imp_split_models(tiny_export, tmp_path):
     from training.evaluation.inputs import split_labels
     from training.evaluation.run import run_evaluation
 
+    from ..baselines.test_imagebind import tiny_vit_h14
+
     labels = write_fake_encodings(tiny_export, "train", tmp_path / "enc")
     weights = [_tiny_clip(tmp_path / f"m{i}.pt", i) for i in range(3)]
     models = [{"name": f"m{i}", "model_config_path": a, "pretrained": w, "threshold": t}
               for i, ((a, w), t) in enumerate(zip(weights, (-1.0, 0.0, 1.1), strict=True))]  # fmt: skip
     models[2]["role"] = "tie_breaker"
+    ib_arch, ib_weights = tiny_vit_h14(tmp_path)  # ImageBind = OpenCLIP ViT-H-14, a row of IMP Tables 3-5
     cfg = EvalConfig.model_validate(
         {"export_dir": str(tiny_export), "split": "train", "encodings_dir": str(tmp_path / "enc"),
          "out_dir": str(tmp_path / "o"), "routing": False, "metrics": {"protocols": ["lens_gallery"]},
          "baselines": {"text_only": False, "similarity_ablations": False,
-                       "zero_shot": [{"row": "CLIP", "family": "open_clip", "model_config_path": weights[0][0]}]},
+                       "zero_shot": [{"row": "CLIP", "family": "open_clip", "model_config_path": weights[0][0]},
+                                     {"row": "ImageBind", "family": "imagebind", "model_config_path": ib_arch,
+                                      "path": ib_weights}]},
          "imp": {"models": models, "negatives": "shifted"}}
     )  # fmt: skip
     run_evaluation(cfg)
@@ -184,6 +189,8 @@ def test_table2_defaults_to_the_imp_split_models(tiny_export, tmp_path):
             assert t2[g]["mean"] == pytest.approx(np.mean(values), abs=1e-6)
             assert t2[g]["n"] == 3
     report = (tmp_path / "o" / "report.md").read_text()
+    assert "ImageBind" in data["imp"] and "ImageBind" not in t2["models"]  # a zero-shot row, not an IMP voter
+    assert report.split("(IMP Table 5)", 1)[1].split("\n## ")[0].count("| ImageBind |") == 1
     assert (
         "## IMP Table 2: mean AUPRC ± sample std over the IMP split's models (imp.models) (m0, m1, m2)"
         in report
