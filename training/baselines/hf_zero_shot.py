@@ -40,7 +40,7 @@ from training.baselines.hf_dual_encoders import (
 UNAVAILABLE_FAMILIES = {
     "vlm2vec_phi3": "TIGER-Lab/VLM2Vec-Full is Phi-3.5-V, whose modeling code is remote code "
     "(trust_remote_code) that transformers does not ship; it cannot be loaded from local files or "
-    "built tiny offline",
+    "built tiny offline (TIGER-Lab/VLM2Vec-LLaVa-Next runs as family vlm2vec_llava_next)",
 }
 
 

@@ -77,10 +77,10 @@ class LoraClipSection(_Section):
 
 ZeroShotFamily = Literal[
     "open_clip", "blip2", "hf_clip", "bge_vl_mllm", "jina_v4", "altclip", "align", "groupvit", "blip", "flava",
-    "imagebind", "vlm2vec_phi3",
+    "imagebind", "vlm2vec_llava_next", "vlm2vec_phi3",
 ]  # fmt: skip
 _LOCAL_DIR_FAMILIES = ("blip2", "hf_clip", "bge_vl_mllm", "jina_v4", "altclip", "align", "groupvit", "blip",
-                       "flava")  # fmt: skip
+                       "flava", "vlm2vec_llava_next")  # fmt: skip
 
 
 class ZeroShotSection(_Section):

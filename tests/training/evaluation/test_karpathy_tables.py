@@ -65,7 +65,8 @@ def test_supp_table_rows_and_notes():
     assert "not run: no baselines.zero_shot entry with row 'EVA-02-CLIP-B/16'" in _line(
         table, "| EVA-02-CLIP-B/16 |"
     )
-    assert "unavailable: MagicLens" in _line(table, "| MagicLens-B |") and "unavailable: VLM2Vec" in table
+    assert "unavailable: MagicLens" in _line(table, "| MagicLens-B |")
+    assert "not run: no baselines.zero_shot entry with row 'VLM2Vec'" in _line(table, "| VLM2Vec |")
     assert "unavailable: lens model read from encodings_dir" in _line(table, "| Lenses - Literal |")
     assert _cells(_line(table, "| My CLIP |"))[1] == "10.00"  # configured systems without a paper row
     assert "unavailable: remote code" in _line(table, "| Jina-v4 |")  # ... also those that could not run

@@ -6,6 +6,7 @@ Each entry names its paper row (`row`) and a family:
   (laion2b) initialised and frozen, so it is that open_clip model (docs/evaluation.md says what
   differs);
 - `jina_v4`: Qwen2.5-VL with the retrieval adapter merged, mean-pooled: `training.baselines.jina_v4`;
+- `vlm2vec_llava_next` (supp. Tables 1-2's VLM2Vec): last-token LLaVA-Next: `training.baselines.vlm2vec`;
 - `blip2`, `hf_clip` (BGE-VL-Large), the IMP dual encoders, `vlm2vec_phi3` (unavailable):
   `training.baselines.hf_zero_shot`;
 - `bge_vl_mllm`: BAAI/BGE-VL-MLLM-S1 itself, untouched (LoRA adapters start at zero), read
@@ -105,6 +106,12 @@ def zero_shot_scores(entry: ZeroShotSection, image_paths: Sequence[str], texts: 
         from training.baselines.jina_v4 import jina_v4_scores
 
         return jina_v4_scores(
+            entry.path, image_paths, texts, device=entry.device, batch_size=entry.batch_size
+        )
+    if entry.family == "vlm2vec_llava_next":
+        from training.baselines.vlm2vec import vlm2vec_scores
+
+        return vlm2vec_scores(
             entry.path, image_paths, texts, device=entry.device, batch_size=entry.batch_size
         )
     if entry.family == "bge_vl_mllm":

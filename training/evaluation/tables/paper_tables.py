@@ -218,8 +218,6 @@ KARPATHY_NO_LOADER = {
     "reproduced CoCa checkpoints are not published; no loader here",
     "MagicLens-L": "MagicLens's released checkpoints are JAX/Scenic models and the paper's "
     "reproduced CoCa checkpoints are not published; no loader here",
-    "VLM2Vec": "VLM2Vec needs its own repository's modeling and embedding code (remote "
-    "code), not a family this code loads",
 }
 
 
