@@ -242,7 +242,7 @@ def run_evaluation(cfg: EvalConfig) -> tuple[dict[str, Any], dict[str, Path]]:
     results["meta"].update(clip_meta)
     if imp_summary is not None:
         results["meta"]["imp_split"] = imp_summary
-    results["meta"]["imp_negatives"] = negatives_meta  # None without imp.negatives: discarded
+    results["meta"]["imp_negatives"] = negatives_meta  # None without imp or with imp.negatives: shifted
     table = imp_summary["table"] if imp_summary else None  # IMP Tables 2 and 11
     table2 = imp_table2(cfg, results["imp"], labels, difficulty, chosen) if cfg.imp is not None else None
     add_imp_aggregates(results, table2, table, labels.caption_ids)
