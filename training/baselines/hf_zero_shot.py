@@ -9,9 +9,10 @@ Families (the checkpoints meant are listed in docs/evaluation.md):
   code only wraps `get_image_features`/`get_text_features`), scored by cosine.
 - `altclip`, `align`, `groupvit`, `blip`, `flava`: IMP's other rows (seed 003), scored by cosine;
   their classes and embeddings are in `training.baselines.hf_dual_encoders`.
-- `jina_v4` is **unavailable**: jinaai/jina-embeddings-v4 needs its own remote modeling code
-  (trust_remote_code; Qwen2.5-VL with task LoRA adapters), which transformers does not ship, so
-  it can be neither loaded offline from a plain checkpoint nor built tiny for a test.
+- `vlm2vec_phi3` is **unavailable**: TIGER-Lab/VLM2Vec-Full (the VLM2Vec paper's model) is
+  Phi-3.5-V, whose modeling code is remote code (`trust_remote_code`) that transformers does not
+  ship, so it can be neither loaded from a plain checkpoint nor built tiny offline. (Jina-v4 is
+  assembled from Qwen2.5-VL in `training.baselines.jina_v4`.)
 
 Nothing is downloaded: paths must be local directories (`local_files_only`).
 """
@@ -37,8 +38,9 @@ from training.baselines.hf_dual_encoders import (
 )
 
 UNAVAILABLE_FAMILIES = {
-    "jina_v4": "needs jinaai/jina-embeddings-v4's remote modeling code (trust_remote_code), which "
-    "transformers does not ship; it cannot be loaded from local files or built tiny offline",
+    "vlm2vec_phi3": "TIGER-Lab/VLM2Vec-Full is Phi-3.5-V, whose modeling code is remote code "
+    "(trust_remote_code) that transformers does not ship; it cannot be loaded from local files or "
+    "built tiny offline (TIGER-Lab/VLM2Vec-LLaVa-Next runs as family vlm2vec_llava_next)",
 }
 
 

@@ -76,9 +76,11 @@ class LoraClipSection(_Section):
 
 
 ZeroShotFamily = Literal[
-    "open_clip", "blip2", "hf_clip", "bge_vl_mllm", "jina_v4", "altclip", "align", "groupvit", "blip", "flava"
-]
-_LOCAL_DIR_FAMILIES = ("blip2", "hf_clip", "bge_vl_mllm", "altclip", "align", "groupvit", "blip", "flava")
+    "open_clip", "blip2", "hf_clip", "bge_vl_mllm", "jina_v4", "altclip", "align", "groupvit", "blip", "flava",
+    "imagebind", "vlm2vec_llava_next", "vlm2vec_phi3",
+]  # fmt: skip
+_LOCAL_DIR_FAMILIES = ("blip2", "hf_clip", "bge_vl_mllm", "jina_v4", "altclip", "align", "groupvit", "blip",
+                       "flava", "vlm2vec_llava_next")  # fmt: skip
 
 
 class ZeroShotSection(_Section):
@@ -105,6 +107,10 @@ class ZeroShotSection(_Section):
         if self.family in _LOCAL_DIR_FAMILIES and not self.path:
             raise ValueError(
                 f"zero-shot row {self.row!r} ({self.family}) needs path: a local model directory"
+            )
+        if self.family == "imagebind" and not self.model_config_path and self.model_name != "ViT-H-14":
+            raise ValueError(
+                f"zero-shot row {self.row!r} (imagebind) is OpenCLIP ViT-H-14: set model_name: ViT-H-14"
             )
         return self
 
@@ -160,10 +166,16 @@ class ImpSection(_Section):
     calibration: ImpCalibrationSection | None = None
     batch_size: int = 64
     device: str = "cpu"
-    negatives: Literal["discarded", "shifted"] = Field(
+    negatives: Literal["discarded", "visual_discarded", "shifted"] = Field(
         default="discarded",
         description="AUPRC negatives: discarded = a text of the same image the validators discarded "
-        "(shifted where an image has none); shifted = the next image's first caption for every image",
+        "(shifted where an image has none); visual_discarded = the same with the visual validator's "
+        "discards only; shifted = the next image's first caption for every image",
+    )
+    table2_models: Literal["split", "zero_shot"] = Field(
+        default="split",
+        description="IMP Table 2 averages the AUPRC of: split = the models of `models` (IMP's seven: "
+        "six voters and the tie-breaker); zero_shot = the baselines.zero_shot rows",
     )
     build_run: str | None = Field(
         default=None,

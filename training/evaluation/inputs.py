@@ -54,9 +54,8 @@ def split_labels(export_dir: str, split: str) -> SplitLabels:
 
 
 def discarded_captions(export_dir: str, build_run: str | None, labels: SplitLabels) -> DiscardedTexts:
-    """Captions of the split's images that a validator discarded, with their texts; per image the
-    visual validator's (Listing 5) first, then the text-only one's (Listing 4).
-
+    """Captions of the split's images that a validator discarded, with their texts and rejection
+    rows; per image the visual validator's (Listing 5) first, then the text-only one's (Listing 4).
     The export's `rejections.parquet` names them (stage validate or visual_validate, reason
     validator_discarded) without their text, which the build run's generate stage holds
     (`build_run`, default the export folder's parent). Missing files give no texts and a note.
@@ -64,9 +63,9 @@ def discarded_captions(export_dir: str, build_run: str | None, labels: SplitLabe
     from lenses_data import io
     from lenses_data.annotation.validation import TEXT_VALIDATOR, VALIDATOR_DISCARDED, VISUAL_VALIDATOR
     from lenses_data.schemas import LensText
+    from training.retriever.lenses import lens_index
 
     STAGE, VISUAL_STAGE = TEXT_VALIDATOR.stage, VISUAL_VALIDATOR.stage
-    from training.retriever.lenses import lens_index
 
     def none(note: str) -> DiscardedTexts:
         return DiscardedTexts([], np.zeros(0, np.int64), np.zeros(0, np.int64), note)
@@ -74,7 +73,7 @@ def discarded_captions(export_dir: str, build_run: str | None, labels: SplitLabe
     table = Path(export_dir) / "rejections.parquet"
     if not table.is_file():
         return none(f"no {table}")
-    rej = pd.read_parquet(table, columns=["stage", "record_id", "reason", "image_id"])
+    rej = pd.read_parquet(table, columns=["stage", "record_id", "reason", "message", "image_id"])
     row_of = {i: r for r, i in enumerate(labels.image_ids)}
     rej = rej[rej["stage"].isin((STAGE, VISUAL_STAGE)) & (rej["reason"] == VALIDATOR_DISCARDED)]
     rej = rej[rej["image_id"].astype(str).isin(row_of)]
@@ -95,6 +94,7 @@ def discarded_captions(export_dir: str, build_run: str | None, labels: SplitLabe
         f"{len(found)} discarded captions from {table} with texts from {run} "
         f"({len(rej) - len(found)} discarded texts not captions or not in the generate stage)",
         [str(i) for i in found["record_id"]], [str(x) for x in found["stage"]],
+        [f"{r}: {m}" for r, m in zip(found["reason"], found["message"], strict=True)],
     )  # fmt: skip
 
 

@@ -29,6 +29,7 @@ from training.evaluation.imp.discarded import (
     scoring_texts,
 )
 from training.evaluation.imp.split import difficulty_codes
+from training.evaluation.imp.split_models import imp_table2
 from training.evaluation.inputs import (
     global_only_scores,
     lens_model_encodings,
@@ -241,9 +242,10 @@ def run_evaluation(cfg: EvalConfig) -> tuple[dict[str, Any], dict[str, Path]]:
     results["meta"].update(clip_meta)
     if imp_summary is not None:
         results["meta"]["imp_split"] = imp_summary
-    results["meta"]["imp_negatives"] = negatives_meta  # None without imp.negatives: discarded
+    results["meta"]["imp_negatives"] = negatives_meta  # None without imp or with imp.negatives: shifted
     table = imp_summary["table"] if imp_summary else None  # IMP Tables 2 and 11
-    add_imp_aggregates(results, [e.row for e in cfg.baselines.zero_shot], table, labels.caption_ids)
+    table2 = imp_table2(cfg, results["imp"], labels, difficulty, chosen) if cfg.imp is not None else None
+    add_imp_aggregates(results, table2, table, labels.caption_ids)
     results["external"], irfl = external_benchmarks(cfg, clip_bundle)
     if irfl is not None:
         results["irfl"] = irfl

@@ -65,3 +65,4 @@ class DiscardedTexts:
     validator: list[str] = field(
         default_factory=list
     )  # [k] stage that discarded it: visual_validate or validate
+    rejection: list[str] = field(default_factory=list)  # [k] "<reason>: <message>" of its rejection row

@@ -80,9 +80,9 @@ def test_multi_query_score_is_the_best_query(tiny_dirs):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-def test_jina_v4_is_unavailable_and_missing_directories_fail(tmp_path):
-    with pytest.raises(ZeroShotUnavailable, match="remote modeling code"):
-        load_hf_zero_shot("jina_v4", str(tmp_path))
+def test_vlm2vec_phi3_is_unavailable_and_missing_directories_fail(tmp_path):
+    with pytest.raises(ZeroShotUnavailable, match="Phi-3.5-V, whose modeling code is remote code"):
+        load_hf_zero_shot("vlm2vec_phi3", str(tmp_path))
     with pytest.raises(FileNotFoundError, match="nothing is downloaded"):
         load_hf_zero_shot("blip2", str(tmp_path / "absent"))
     with pytest.raises(ValueError, match="needs path"):
@@ -93,7 +93,7 @@ def test_zero_shot_systems_run_every_family_and_mark_unavailable_rows(tiny_dirs,
     entries = [
         ZeroShotSection(row="BLIP-2", family="blip2", path=str(tiny_dirs["blip2"])),
         ZeroShotSection(row="BGE-VL-Large", family="hf_clip", path=str(tiny_dirs["hf_clip"])),
-        ZeroShotSection(row="Jina-v4", family="jina_v4"),
+        ZeroShotSection(row="VLM2Vec", family="vlm2vec_phi3"),
         ZeroShotSection(
             row="BGE-VL-MLLM", family="bge_vl_mllm", path=str(tiny_base), train_config="tiny", batch_size=4
         ),
@@ -102,7 +102,7 @@ def test_zero_shot_systems_run_every_family_and_mark_unavailable_rows(tiny_dirs,
     paths, texts = labels.image_paths[:5], labels.captions[:7]
     scores, unavailable = zero_shot_systems(entries, paths, texts)
     assert set(scores) == {"BLIP-2", "BGE-VL-Large", "BGE-VL-MLLM", "CLIP"}
-    assert list(unavailable) == ["Jina-v4"] and "trust_remote_code" in unavailable["Jina-v4"]
+    assert list(unavailable) == ["VLM2Vec"] and "trust_remote_code" in unavailable["VLM2Vec"]
     for name, sim in scores.items():
         assert sim.shape == (5, 7) and np.isfinite(sim).all(), name
         assert not np.allclose(sim[0], sim[1]), name  # images are encoded, not a constant

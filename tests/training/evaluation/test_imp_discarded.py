@@ -16,7 +16,14 @@ torch = pytest.importorskip("torch")
 from lenses_data import io  # noqa: E402
 from lenses_data.schemas import LensText, Rejection  # noqa: E402
 from training.evaluation.config import EvalConfig  # noqa: E402
-from training.evaluation.imp.discarded import lens_pair_scores, one_per_image, split_negative_columns  # noqa: E402
+from training.evaluation.imp.discarded import (  # noqa: E402
+    discard_grounds,
+    imp_negative_texts,
+    lens_pair_scores,
+    one_per_image,
+    split_negative_columns,
+    visual_only,
+)
 from training.evaluation.inputs import discarded_captions, split_labels  # noqa: E402
 from training.evaluation.scoring.similarity import all_lens_text_slots, score_lens_slots  # noqa: E402
 
@@ -29,7 +36,7 @@ def _text(text_id: str, image_id: str, kind: str = "caption", lens: str = "Emoti
 
 
 def _rejection(text_id: str, image_id: str, stage: str = "validate", reason: str = "validator_discarded"):
-    return Rejection(stage=stage, record_id=text_id, reason=reason, message="m", image_id=image_id)
+    return Rejection(stage=stage, record_id=text_id, reason=reason, message=f"m {text_id}", image_id=image_id)
 
 
 def build_run(tiny_export: Path, root: Path, split: str) -> tuple[Path, dict[str, list[str]]]:
@@ -62,9 +69,20 @@ def test_reader_keeps_the_validators_discarded_captions_of_the_split(tiny_export
     assert got.lens.tolist() == [4, 4, 4, 4]
     assert got.text_ids == [t for ids in want.values() for t in ids]
     assert got.validator == ["validate", "validate", "visual_validate", "validate"]
+    assert got.rejection == [f"validator_discarded: m {t}" for ids in want.values() for t in ids]
     assert "4 discarded captions" in got.note and "(2 discarded texts not captions" in got.note
     chosen = one_per_image(got)  # IMP's one negative per image: the visual validator's where there is one
     assert chosen.text_ids == ["d0", "v1"] and chosen.image.tolist() == got.image[[0, 2]].tolist()
+    assert chosen.rejection == ["validator_discarded: m d0", "validator_discarded: m v1"]
+    visual = one_per_image(visual_only(got))  # imp.negatives: visual_discarded
+    assert visual.text_ids == ["v1"] and visual.image.tolist() == got.image[[2]].tolist()
+    assert visual.validator == ["visual_validate"] and "visual validator's only: 1 of 4 kept" in visual.note
+    cfg = EvalConfig.model_validate({"export_dir": str(export), "split": "test",
+                                     "imp": {"difficulty_table": "t.parquet", "negatives": "visual_discarded"}})  # fmt: skip
+    assert imp_negative_texts(cfg, labels).text_ids == ["v1"]
+    assert imp_negative_texts(cfg.model_copy(update={"imp": None}), labels) is None
+    assert "shown the image" in discard_grounds("visual_validate")
+    assert "never shown the image" in discard_grounds("validate")
     none = discarded_captions(str(tiny_export), None, labels)  # an export without rejections.parquet
     assert none.texts == [] and "rejections.parquet" in none.note
     no_run = discarded_captions(str(export), str(tmp_path / "elsewhere"), labels)
@@ -186,6 +204,8 @@ def test_every_imp_system_scores_the_same_images_discarded_captions(
     owner = pd.read_parquet(export / "rejections.parquet").set_index("record_id")["image_id"]
     assert chosen["text_id"].tolist() == ["d0", "v1"]
     assert chosen["validator"].tolist() == ["validate", "visual_validate"]
+    assert chosen["rejection"].tolist() == ["validator_discarded: m d0", "validator_discarded: m v1"]
+    assert chosen["grounds"].tolist() == [discard_grounds("validate"), discard_grounds("visual_validate")]
     assert [owner[t] for t in chosen["text_id"]] == chosen["image_id"].tolist()
     # Every system scored them; its row says so.
     systems = {"Lenses (lens-masked + global)", "Global-only fine-tuned", "CLIP (fine-tuned on Lenses)",

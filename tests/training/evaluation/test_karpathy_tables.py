@@ -65,7 +65,8 @@ def test_supp_table_rows_and_notes():
     assert "not run: no baselines.zero_shot entry with row 'EVA-02-CLIP-B/16'" in _line(
         table, "| EVA-02-CLIP-B/16 |"
     )
-    assert "unavailable: MagicLens" in _line(table, "| MagicLens-B |") and "unavailable: VLM2Vec" in table
+    assert "unavailable: MagicLens" in _line(table, "| MagicLens-B |")
+    assert "not run: no baselines.zero_shot entry with row 'VLM2Vec'" in _line(table, "| VLM2Vec |")
     assert "unavailable: lens model read from encodings_dir" in _line(table, "| Lenses - Literal |")
     assert _cells(_line(table, "| My CLIP |"))[1] == "10.00"  # configured systems without a paper row
     assert "unavailable: remote code" in _line(table, "| Jina-v4 |")  # ... also those that could not run
@@ -127,7 +128,7 @@ def test_lenses_evaluate_writes_supp_tables_1_and_2(tiny_config, tiny_export, tm
         "metrics": {"protocols": ["lens_gallery"]},
         "baselines": {"open_clip": {"enabled": True, **oc}, "similarity_ablations": False, "text_only": False,
                       "zero_shot": [{"row": "OpenAI CLIP-B/16", "family": "open_clip", **oc},
-                                     {"row": "Jina-v4", "family": "jina_v4"}]},
+                                     {"row": "VLM2Vec", "family": "vlm2vec_phi3"}]},
         "external": {
             "coco": {"captions_json": str(coco), "images_dir": str(tmp_path / "coco" / "images"),
                      "prompts": str(tmp_path / "prompts.csv")},
@@ -146,7 +147,9 @@ def test_lenses_evaluate_writes_supp_tables_1_and_2(tiny_config, tiny_export, tm
         assert {"OpenAI CLIP-B/16", "Lenses - All", "Lenses - Literal"} <= set(res["systems"])
         assert any(s.startswith("Zero-shot open_clip") for s in res["systems"])
         section = report.split(heading)[1].split("\n## ")[0]
-        assert "Jina-v4" in res["unavailable"] and "unavailable: jina_v4" in _line(section, "| Jina-v4 |")
+        assert "VLM2Vec" in res["unavailable"] and "unavailable: vlm2vec_phi3" in _line(
+            section, "| VLM2Vec |"
+        )
         for row in ("OpenAI CLIP-B/16", "Lenses - All", "Lenses - Literal"):
             cells = _cells(_line(section, f"| {row} |"))
             m = res["systems"][row]

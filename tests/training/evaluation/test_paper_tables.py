@@ -89,6 +89,7 @@ def test_lenses_evaluate_fills_the_papers_tables(tiny_config, tiny_export, tiny_
     import yaml
 
     from lenses_app.cli import main
+    from training.dryrun.jina_v4 import materialize_tiny_jina_v4
     from training.dryrun.zero_shot import materialize_tiny_blip2, materialize_tiny_hf_clip
 
     main_ckpt = _train(tiny_config, tmp_path / "main")
@@ -103,6 +104,7 @@ def test_lenses_evaluate_fills_the_papers_tables(tiny_config, tiny_export, tiny_
     corpus = ["a calm cat", "so bright", "an astronaut", "a cup of coffee"]
     blip = materialize_tiny_blip2(tmp_path / "blip2", corpus)
     clip = materialize_tiny_hf_clip(tmp_path / "bge-vl-large", corpus)
+    jina = materialize_tiny_jina_v4(tmp_path / "jina-v4", corpus)
     eval_cfg = {
         "export_dir": str(tiny_export),
         "checkpoint": main_ckpt,
@@ -110,7 +112,7 @@ def test_lenses_evaluate_fills_the_papers_tables(tiny_config, tiny_export, tiny_
             "zero_shot": [
                 {"row": "BLIP-2", "family": "blip2", "path": str(blip)},
                 {"row": "BGE-VL-Large", "family": "hf_clip", "path": str(clip)},
-                {"row": "Jina-v4", "family": "jina_v4"},
+                {"row": "Jina-v4", "family": "jina_v4", "path": str(jina)},
                 {"row": "BGE-VL-MLLM", "family": "bge_vl_mllm", "path": str(tiny_base), "train_config": "tiny"},
             ],
             "global_only_checkpoint": global_ckpt,
@@ -126,21 +128,25 @@ def test_lenses_evaluate_fills_the_papers_tables(tiny_config, tiny_export, tiny_
     report = (out / "report.md").read_text()
     gallery = data["systems"]["lens_gallery"]
     assert {"BLIP-2", "BGE-VL-Large", "BGE-VL-MLLM", "Global-only fine-tuned", MAIN_SYSTEM} <= set(gallery)
-    assert data["zero_shot"]["unavailable"].keys() == {"Jina-v4"}
+    assert data["zero_shot"]["unavailable"] == {}
     assert set(data["variants"]) == {"lenses_literal", "density_z0"}
     assert (out / "variants" / "density_z0" / "manifest.json").exists()
     art = data["artemis"]
     assert art["n_images"] == 2 and art["n_images_with_prompts"] == 1
-    assert {"BLIP-2", "BGE-VL-Large", "BGE-VL-MLLM (fine-tuned)", "Lenses - All", "Lenses - Literal"} <= set(
-        art["systems"]
-    )
+    assert {
+        "BLIP-2",
+        "BGE-VL-Large",
+        "Jina-v4",
+        "BGE-VL-MLLM (fine-tuned)",
+        "Lenses - All",
+        "Lenses - Literal",
+    } <= set(art["systems"])
     assert "Lenses - Emotional" in art["unavailable"]
-    for row in ("BLIP-2", "Lenses - All", "Lenses - Literal", "BGE-VL-MLLM (fine-tuned)"):
+    for row in ("BLIP-2", "Jina-v4", "Lenses - All", "Lenses - Literal", "BGE-VL-MLLM (fine-tuned)"):
         cells = _cells(_line(report.split("## Main Table 5")[1], f"| {row} |"))
         assert cells[1] == f"{art['systems'][row]['all/i2t/R@1']:.2f}" and cells[-1] == ""
-    assert "unavailable: jina_v4: needs jinaai/jina-embeddings-v4" in _line(
-        report.split("## Main Table 5")[1], "| Jina-v4 |"
-    )
+    jina_row = _cells(_line(report.split("## Main Table 2")[1], "| Jina-v4 |"))  # main Table 2, per lens
+    assert jina_row[1] == f"{gallery['Jina-v4']['literal/i2t/R@1']:.2f}"
     assert (
         "no loader for OnePiece" in report
         and "not run: no variants entry with role lenses_emotional" in report

@@ -3,9 +3,10 @@
 - Table 2: "We report the mean AUPRC of the seven models on IMP with error bars" (Sec. 4): one
   AUPRC per model and difficulty (IMP Table 5's numbers, `imp.<system>.<difficulty>/AUPRC`),
   then their mean and spread **over the models**. The paper does not say what the bars are;
-  here they are the sample standard deviation over models (ddof=1). The models averaged are the
-  run's `baselines.zero_shot` rows (IMP's "seven CLIP models" when those are configured),
-  listed in `imp_table2.models`.
+  here they are the sample standard deviation over models (ddof=1). The models averaged are, by
+  default, IMP's "seven CLIP models", the split's voters and tie-breaker (`imp.models`, scored in
+  `training.evaluation.imp.split_models`), or the run's `baselines.zero_shot` rows
+  (`imp.table2_models: zero_shot`); `imp_table2.models` lists them, `imp_table2.source` says which.
 - Table 11: "CLIP-ViT/B-32 (trained on CLIP400M) as the CLIPscore model" (App. J), reported
   as mean +- std per category (Full IMP 0.25 +- 0.03, Easy 0.28, Medium 0.25, Hard 0.22). Those
   values and the per-caption examples of its Fig. 25 (0.19-0.30) are on the cosine scale, so
@@ -82,11 +83,12 @@ def auprc_over_models(imp: dict[str, dict[str, float]], models: Sequence[str]) -
     return out
 
 
-def add_imp_aggregates(results: dict, zero_shot_rows: Sequence[str], difficulty_path: str | None,
+def add_imp_aggregates(results: dict, table2: dict | None, difficulty_path: str | None,
                        caption_ids: Sequence[str]) -> None:  # fmt: skip
-    """Adds `imp_table2` (needs `results["imp"]`) and `imp_table11` (needs the difficulty table)."""
-    if results.get("imp"):
-        results["imp_table2"] = auprc_over_models(results["imp"], zero_shot_rows)
+    """Adds `imp_table2` (given, from `split_models.imp_table2`) and `imp_table11` (needs the
+    difficulty table)."""
+    if table2 is not None:
+        results["imp_table2"] = table2
     if difficulty_path is not None:
         table = pd.read_parquet(difficulty_path)
         if any(c.startswith("score/") for c in table.columns):
@@ -112,11 +114,13 @@ def imp_aggregates_markdown(results: dict) -> list[str]:
 
     parts: list[str] = []
     t2 = results.get("imp_table2")
-    if t2:
+    if t2 and "unavailable" in t2:
+        parts += [f"## IMP Table 2: mean AUPRC over models\n\nunavailable: {t2['unavailable']}"]
+    elif t2:
         rows = [[g.title(), _pm(t2[g], 3), str(t2[g]["n"])] for g in ("easy", "medium", "hard", "all")]
+        source = t2.get("source", "the zero-shot models")
         parts += [
-            "## IMP Table 2: mean AUPRC ± sample std over the zero-shot models "
-            f"({', '.join(t2['models']) or 'none'})",
+            f"## IMP Table 2: mean AUPRC ± sample std over {source} ({', '.join(t2['models']) or 'none'})",
             table(["Difficulty", "AUPRC mean ± std", "models"], rows),
         ]
     t11 = results.get("imp_table11")

@@ -78,6 +78,37 @@ def _n_visual(validators: list[str]) -> int:
     return sum(v == VISUAL for v in validators)
 
 
+def discard_grounds(validator: str) -> str:
+    """What the validator (a stage name) may discard a text for, by its listing (supp. Listings
+    4-5). It discards by answering an empty string and never says which ground applied."""
+    from lenses_data.annotation.validation import TEXT_VALIDATOR, VISUAL_VALIDATOR
+
+    grounds = {
+        VISUAL_VALIDATOR.stage: "Listing 5, shown the image: not grounded in the image, severely "
+        "ungrammatical or dominated by artifacts, or mismatched with its lens beyond small edits",
+        TEXT_VALIDATOR.stage: "Listing 4, text only (never shown the image): not fixable without "
+        "changing its meaning or hallucinating, or its Focus/Category cannot match the text; "
+        "it may be a true match of its image",
+    }
+    return grounds.get(validator, f"unknown validator stage {validator!r}")
+
+
+def visual_only(discarded: DiscardedTexts) -> DiscardedTexts:
+    """Only the visual validator's discards (`imp.negatives: visual_discarded`)."""
+    from lenses_data.stages.visual_validate import STAGE as VISUAL
+
+    keep = [i for i, v in enumerate(discarded.validator) if v == VISUAL]
+
+    def pick(values: list[str]) -> list[str]:
+        return [values[i] for i in keep]
+
+    note = f"{discarded.note}; visual validator's only: {len(keep)} of {len(discarded.texts)} kept"
+    return DiscardedTexts(
+        pick(discarded.texts), discarded.image[keep], discarded.lens[keep], note,
+        pick(discarded.text_ids), pick(discarded.validator), pick(discarded.rejection),
+    )  # fmt: skip
+
+
 def one_per_image(discarded: DiscardedTexts) -> DiscardedTexts:
     """The first discarded caption of each image (the reader puts the visual validator's first)."""
     _, first = np.unique(discarded.image, return_index=True)
@@ -88,17 +119,19 @@ def one_per_image(discarded: DiscardedTexts) -> DiscardedTexts:
 
     return DiscardedTexts(
         pick(discarded.texts), discarded.image[keep], discarded.lens[keep], discarded.note,
-        pick(discarded.text_ids), pick(discarded.validator),
+        pick(discarded.text_ids), pick(discarded.validator), pick(discarded.rejection),
     )  # fmt: skip
 
 
 def imp_negative_texts(cfg: EvalConfig, labels: SplitLabels) -> DiscardedTexts | None:
-    """The discarded caption chosen per image, or None without `imp` or with `imp.negatives: shifted`."""
+    """The discarded caption chosen per image (`imp.negatives: discarded`, or `visual_discarded`
+    for the visual validator's only), or None without `imp` or with `imp.negatives: shifted`."""
     from training.evaluation.inputs import discarded_captions
 
-    if cfg.imp is None or cfg.imp.negatives != "discarded":
+    if cfg.imp is None or cfg.imp.negatives == "shifted":
         return None
-    return one_per_image(discarded_captions(cfg.export_dir, cfg.imp.build_run, labels))
+    found = discarded_captions(cfg.export_dir, cfg.imp.build_run, labels)
+    return one_per_image(visual_only(found) if cfg.imp.negatives == "visual_discarded" else found)
 
 
 def scoring_texts(labels: SplitLabels, chosen: DiscardedTexts | None) -> list[str]:
@@ -146,7 +179,8 @@ def _write_chosen(
     path = Path(out_dir) / "imp" / "negatives.parquet"
     path.parent.mkdir(parents=True, exist_ok=True)
     table = pd.DataFrame({"image_id": [labels.image_ids[i] for i in chosen.image], "text_id": chosen.text_ids,
-                          "validator": chosen.validator, "text": chosen.texts})  # fmt: skip
+                          "validator": chosen.validator, "rejection": chosen.rejection,
+                          "grounds": [discard_grounds(v) for v in chosen.validator], "text": chosen.texts})  # fmt: skip
     for name, scores in pairs.items():
         table[f"score/{name}"] = scores
     table.to_parquet(path, index=False)
@@ -173,11 +207,12 @@ def run_negatives(
     systems, pairs = split_negative_columns(systems, len(labels.captions), chosen)
     if chosen is None:
         return systems, None, None
-    fell_back = {n: cannot.get(n, "scored without the discarded captions") for n in systems if n not in pairs}
-    loader, reason = lens_model_loader(cfg, source) if chosen.texts else (None, "")
+    default = "scored without the discarded captions" if chosen.texts else f"none to score: {chosen.note}"
+    fell_back = {n: cannot.get(n, default) for n in systems if n not in pairs}
+    loader, reason = lens_model_loader(cfg, source) if chosen.texts else (None, default)
     if loader is not None:
         pairs[MAIN_SYSTEM] = _lens_model(cfg, enc, chosen, loader())
-    elif chosen.texts:
+    else:
         fell_back[MAIN_SYSTEM] = reason
     log.info("IMP negatives: %s; scored by %s", chosen.note, sorted(pairs))
     meta = {"source": chosen.note, "scored_by": sorted(pairs), "fell_back": fell_back,

@@ -256,25 +256,23 @@ def difficulty_auprc(
     (`n_negatives_shifted`).
     """
     ci, diff = _check(sim, caption_image, difficulty)
-    if discarded_scores is None:
-        discarded_image = None
-    negatives = imp_negatives(ci, discarded_image)
+    negatives = imp_negatives(ci, discarded_image if discarded_scores is not None else None)
     pos_score = gather_pairs(sim, ci, np.arange(len(ci)))  # [n_captions] own-image scores
     neg_score = negative_pair_scores(sim, negatives, discarded_scores)  # [m]
-    n_own = int((negatives.discarded >= 0).sum())
-    out: dict[str, float] = {
-        "n_negatives": float(len(neg_score)),
-        "n_negatives_discarded": float(n_own),
-        "n_negatives_shifted": float(len(neg_score) - n_own),
-    }
+    return pairs_auprc(pos_score, neg_score, diff, int((negatives.discarded >= 0).sum()))
+
+
+def pairs_auprc(pos_score: Any, neg_score: Any, difficulty: Any, n_own: int) -> dict[str, float]:
+    """`<difficulty>/AUPRC`, `all/AUPRC`: the true pairs of each difficulty ([n] scores, [n] codes)
+    against every negative pair ([m] scores, n_own of them discarded texts); NaN without pairs."""
+    pos, neg = np.asarray(pos_score, np.float64).ravel(), np.asarray(neg_score, np.float64).ravel()
+    diff = np.asarray(difficulty, dtype=np.int64).ravel()
+    out = {"n_negatives": float(len(neg)), "n_negatives_discarded": float(n_own),
+           "n_negatives_shifted": float(len(neg) - n_own)}  # fmt: skip
     groups = [(name, diff == code) for code, name in enumerate(DIFFICULTIES)] + [("all", diff != UNLABELLED)]
     for name, mine in groups:
-        if not mine.any():
-            out[f"{name}/AUPRC"] = float("nan")
-            continue
-        scores = np.r_[pos_score[mine], neg_score]
-        labels = np.r_[np.ones(int(mine.sum()), bool), np.zeros(len(neg_score), bool)]
-        out[f"{name}/AUPRC"] = auprc(scores, labels)
+        labels = np.r_[np.ones(int(mine.sum()), bool), np.zeros(len(neg), bool)]
+        out[f"{name}/AUPRC"] = auprc(np.r_[pos[mine], neg], labels) if mine.any() else float("nan")
     return out
 
 

@@ -83,7 +83,8 @@ def _threshold(model: ImpModelSection, bundle, imp: ImpSection, calib) -> dict:
     return {"source": "calibrated", **asdict(cal)}
 
 
-def _load(model: ImpModelSection, device: str):
+def load_imp_model(model: ImpModelSection, device: str):
+    """An IMP ensemble model (open_clip, local files only) as (model, preprocess, tokenizer)."""
     from training.baselines.open_clip import load_open_clip
     from training.evaluation.config import CONFIG_DIR
 
@@ -103,7 +104,7 @@ def difficulty_table(cfg: EvalConfig, labels: SplitLabels) -> tuple[pd.DataFrame
     table = pd.DataFrame({"text_id": labels.caption_ids, "image_id": [labels.image_ids[i] for i in ci]})
     thresholds: dict[str, dict] = {}
     for model in imp.models:
-        bundle = _load(model, imp.device)
+        bundle = load_imp_model(model, imp.device)
         thresholds[model.name] = {"role": model.role, **_threshold(model, bundle, imp, calib)}
         img, txt = _encode(bundle, labels.image_paths, labels.captions, imp.batch_size)
         score = (img[torch.as_tensor(ci)] * txt).sum(-1).numpy()  # [n_captions] cosine with own image

@@ -2,7 +2,13 @@
 
 Each entry names its paper row (`row`) and a family:
 - `open_clip` (CLIP, OpenCLIP, CoCa, SigLIP-2 of open_clip): `training.baselines.open_clip`;
-- `blip2`, `hf_clip` (BGE-VL-Large), `jina_v4` (unavailable): `training.baselines.hf_zero_shot`;
+- `imagebind` (IMP Tables 3-5): ImageBind's image and text encoders are OpenCLIP ViT-H-14
+  (laion2b) initialised and frozen, so it is that open_clip model (docs/evaluation.md says what
+  differs);
+- `jina_v4`: Qwen2.5-VL with the retrieval adapter merged, mean-pooled: `training.baselines.jina_v4`;
+- `vlm2vec_llava_next` (supp. Tables 1-2's VLM2Vec): last-token LLaVA-Next: `training.baselines.vlm2vec`;
+- `blip2`, `hf_clip` (BGE-VL-Large), the IMP dual encoders, `vlm2vec_phi3` (unavailable):
+  `training.baselines.hf_zero_shot`;
 - `bge_vl_mllm`: BAAI/BGE-VL-MLLM-S1 itself, untouched (LoRA adapters start at zero), read
   through the project's retriever in global mode: the global embedding is the final token of
   the global-only input strings of docs/training.md (the instruction texts of `train_config`'s
@@ -94,8 +100,20 @@ def zero_shot_scores(entry: ZeroShotSection, image_paths: Sequence[str], texts: 
     """[n_images, n_texts] scores of one entry; ZeroShotUnavailable for a family that cannot run."""
     from training.baselines.hf_zero_shot import hf_zero_shot_scores, load_hf_zero_shot
 
-    if entry.family == "open_clip":
+    if entry.family in ("open_clip", "imagebind"):
         return _open_clip_scores(entry, image_paths, texts)
+    if entry.family == "jina_v4":
+        from training.baselines.jina_v4 import jina_v4_scores
+
+        return jina_v4_scores(
+            entry.path, image_paths, texts, device=entry.device, batch_size=entry.batch_size
+        )
+    if entry.family == "vlm2vec_llava_next":
+        from training.baselines.vlm2vec import vlm2vec_scores
+
+        return vlm2vec_scores(
+            entry.path, image_paths, texts, device=entry.device, batch_size=entry.batch_size
+        )
     if entry.family == "bge_vl_mllm":
         return bge_vl_mllm_scores(entry, image_paths, texts)
     bundle = load_hf_zero_shot(

@@ -19,8 +19,6 @@ from training.evaluation.types import MAIN_SYSTEM as MAIN
 
 # Rows no configuration can fill, with the reason (docs/evaluation.md lists them).
 NO_ADAPTER = {
-    "Jina-v4": "unavailable: jina-embeddings-v4 needs its remote modeling code (trust_remote_code), "
-    "not shipped by transformers; it cannot be loaded from local files or tested offline",
     "Onepiece": "unavailable: no loader for OnePiece in this code (not an open_clip or transformers "
     "family it knows)",
 }
@@ -220,8 +218,6 @@ KARPATHY_NO_LOADER = {
     "reproduced CoCa checkpoints are not published; no loader here",
     "MagicLens-L": "MagicLens's released checkpoints are JAX/Scenic models and the paper's "
     "reproduced CoCa checkpoints are not published; no loader here",
-    "VLM2Vec": "VLM2Vec needs its own repository's modeling and embedding code (remote "
-    "code), not a family this code loads",
 }
 
 
