@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.import_graph import find_cycle, import_graph, longest_chain, package_graph
+from tests.import_graph import find_cycle, import_graph, longest_chain, package_cycles, package_graph
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MAX_LINES = 300
@@ -74,6 +74,36 @@ def test_training_subpackages_have_no_import_cycle():
     cycle = find_cycle(packages)
     assert cycle is None, f"sub-package cycle: {' -> '.join(cycle)}"
     assert packages["training.retriever"] == set()  # the model imports nothing else from training/
+
+
+def test_a_cycle_between_packages_two_levels_down_is_reported(tmp_path):
+    """pkg.ev.metrics <-> pkg.ev.scoring: no module cycle, no cycle one level below pkg (both sit
+    in pkg.ev), but a cycle between the sub-packages of pkg.ev, which package_cycles reports."""
+    root = _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/ev/__init__.py": "",
+            "pkg/ev/metrics/__init__.py": "",
+            "pkg/ev/metrics/lens.py": "from pkg.ev.scoring.sim import f\n",
+            "pkg/ev/metrics/retrieval.py": "N = 5\n",
+            "pkg/ev/scoring/__init__.py": "",
+            "pkg/ev/scoring/sim.py": "from pkg.ev.metrics.retrieval import N\ndef f(): pass\n",
+        },
+    )
+    graph = import_graph(root)
+    assert find_cycle(graph) is None and find_cycle(package_graph(graph, "pkg")) is None
+    assert package_cycles(graph) == {"pkg.ev": ["pkg.ev.metrics", "pkg.ev.scoring", "pkg.ev.metrics"]}
+    (root / "ev" / "scoring" / "sim.py").write_text("N = 5\ndef f(): pass\n")
+    assert package_cycles(import_graph(root)) == {}
+
+
+def test_training_packages_have_no_import_cycle_at_any_depth():
+    """Between the children of every package at every nesting level (training/evaluation's
+    metrics/scoring and tables/imp/external were such cycles, invisible one level below training/)."""
+    graph = import_graph(REPO_ROOT / "training")
+    assert "training.evaluation.metrics" in graph  # the nested packages were read
+    assert package_cycles(graph) == {}
 
 
 def test_longest_chain_counts_imports_along_the_deepest_path():

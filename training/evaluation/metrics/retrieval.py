@@ -29,8 +29,9 @@ from training.evaluation.metrics.ranking import (
     topk_indices,
 )
 from training.evaluation.metrics.topk import DiversityAccumulator, average_precision_at_r
+from training.retriever.lenses import NUM_LENSES
 
-N_LENSES = len(LENS_KEYS)
+N_LENSES = NUM_LENSES  # one lens count: training.retriever.lenses
 RSUM_KS = (1, 5, 10)
 Protocol = Literal["lens_gallery", "full_gallery"]
 DEFAULT_CHUNK_BYTES = 256 * 2**20

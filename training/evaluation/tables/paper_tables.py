@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from training.evaluation.markdown import LENS_COLS, table_row
+from training.evaluation.markdown import fmt as _fmt
+from training.evaluation.markdown import table as _table
 from training.evaluation.tables.harness_tables import harness_tables
-from training.evaluation.tables.markdown import LENS_COLS, table_row
-from training.evaluation.tables.markdown import fmt as _fmt
-from training.evaluation.tables.markdown import table as _table
 from training.evaluation.types import FINE_TUNED
 from training.evaluation.types import MAIN_SYSTEM as MAIN
 

@@ -17,8 +17,8 @@ import numpy as np
 
 from lenses_data.schemas import LENS_KEYS, LENS_NAMES
 from training.evaluation.imp.aggregates import imp_aggregates_markdown
-from training.evaluation.tables.markdown import fmt as _fmt
-from training.evaluation.tables.markdown import table as _table
+from training.evaluation.markdown import fmt as _fmt
+from training.evaluation.markdown import table as _table
 from training.evaluation.tables.paper_tables import paper_tables_markdown
 
 PROTOCOL_TITLES = {
