@@ -22,7 +22,7 @@ from lenses_data.config.annotate import AnnotateConfig
 from lenses_data.config.dedupe import DedupeConfig, SplitConfig
 from lenses_data.config.export import ExportConfig
 from lenses_data.config.ingest import IngestConfig
-from lenses_data.config.merge import deep_merge
+from lenses_data.merge import deep_merge
 from lenses_data.config.models import ModelsConfig
 from lenses_data.config.orchestration import OrchestrationConfig
 from lenses_data.config.simulator import SimulatorSettings

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from lenses_data.config.merge import deep_merge
+from lenses_data.merge import deep_merge
 from lenses_data.config.roles import ROLES
 
 INTERNVL = "OpenGVLab/InternVL3_5-38B"

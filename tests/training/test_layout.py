@@ -149,3 +149,31 @@ def test_evaluation_tables_reach_no_run():
 def test_training_files_stay_small(path):
     n = len(path.read_text().splitlines())
     assert n <= MAX_LINES, f"{path.relative_to(REPO_ROOT)} has {n} lines (split it)"
+
+
+def test_the_retrievers_config_imports_no_pipeline_config():
+    """`training.retriever.config` merges its YAML with `lenses_data.merge` (imports nothing) and reads
+    the lens inventory from `lenses_data.schemas`: importing it loads no part of `lenses_data.config`
+    (yields, simulator settings, model roles), which it pulled in while deep_merge came through there.
+    A fresh interpreter, so modules other tests loaded do not count."""
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, json; import training.retriever.config; "
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('lenses_data', 'training'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    )
+    loaded = json.loads(out.stdout)
+    assert loaded == [
+        "lenses_data",
+        "lenses_data.merge",
+        "lenses_data.schemas",
+        "training",
+        "training.retriever",
+        "training.retriever.config",
+        "training.retriever.lenses",
+    ]
