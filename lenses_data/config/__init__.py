@@ -16,17 +16,18 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from lenses_data.config.annotate import AnnotateConfig
 from lenses_data.config.dedupe import DedupeConfig, SplitConfig
 from lenses_data.config.export import ExportConfig
+from lenses_data.config.frozen import FrozenModel
 from lenses_data.config.ingest import IngestConfig
-from lenses_data.merge import deep_merge
 from lenses_data.config.models import ModelsConfig
 from lenses_data.config.orchestration import OrchestrationConfig
 from lenses_data.config.simulator import SimulatorSettings
 from lenses_data.config.yields import YieldsConfig
+from lenses_data.merge import deep_merge
 
 ENV_PREFIX = "LENSES__"
 
@@ -35,9 +36,7 @@ class ConfigError(ValueError):
     """A configuration problem, worded for the person who wrote the file."""
 
 
-class PipelineConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class PipelineConfig(FrozenModel):
     run_dir: str = Field("runs/sample", description="Run directory: one folder per stage")
     shard_size: int = Field(
         2000, ge=1, description="Images per shard: the unit of work, resume and parallelism"

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from lenses_data.config.frozen import FrozenModel
 
 DEFAULT_SELF_REFERENCES = [
     "this image",
@@ -34,9 +36,7 @@ DEFAULT_SELF_REFERENCES = [
 ]
 
 
-class WordRange(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class WordRange(FrozenModel):
     min: int = Field(ge=1)
     max: int = Field(ge=1)
 
@@ -47,12 +47,10 @@ class WordRange(BaseModel):
         return self
 
 
-class AnnotateConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class AnnotateConfig(FrozenModel):
     # Generation (Listings 2 and 3)
-    kinds: list[Literal["prompt", "caption"]] = Field(
-        default_factory=lambda: ["prompt", "caption"], description="Which text kinds to generate"
+    kinds: tuple[Literal["prompt", "caption"], ...] = Field(
+        ("prompt", "caption"), description="Which text kinds to generate"
     )
     candidates_per_image: int = Field(1, ge=1, le=16, description="Independent answers per image and kind")
     seed: int = Field(0, description="Base sampling seed; candidate c uses seed + c")
@@ -67,8 +65,8 @@ class AnnotateConfig(BaseModel):
         "its flags (the paper published 2 of its 59 texts outside Listings 2-3's ranges); reject: it is "
         "rejected with that reason. The generator's prompt asks for the range either way",
     )
-    self_references: list[str] = Field(
-        default_factory=lambda: list(DEFAULT_SELF_REFERENCES),
+    self_references: tuple[str, ...] = Field(
+        tuple(DEFAULT_SELF_REFERENCES),
         description="Phrases that make a text not self-contained (matched as whole words, any case)",
     )
     idiom_target_share: float = Field(
@@ -80,8 +78,8 @@ class AnnotateConfig(BaseModel):
         "(the paper's published texts carry no phrase-bank idiom); strict: their MUST/MUST NOT reject "
         "(Figurative without an idiom; Literal/Background prompts with one), SHOULD NOT stays a flag",
     )
-    idiom_required_lenses: list[str] = Field(default_factory=lambda: ["Figurative"])
-    idiom_forbidden_lenses: list[str] = Field(default_factory=lambda: ["Literal", "Background"])
+    idiom_required_lenses: tuple[str, ...] = ("Figurative",)
+    idiom_forbidden_lenses: tuple[str, ...] = ("Literal", "Background")
     ngram_n: int = Field(1, ge=1, le=4, description="n of the n-gram overlap check")
     max_ngram_similarity: float = Field(
         0.3,
@@ -108,8 +106,8 @@ class AnnotateConfig(BaseModel):
         description="Run the per-text rule checks again on validator edits; an edit Listing 5 allows "
         "(removing a fragment or an idiom) is never rejected by it",
     )
-    visual_validation_splits: list[Literal["train", "valid", "test"]] = Field(
-        default_factory=lambda: ["test"], description="Splits that get the image-grounded check (paper: test)"
+    visual_validation_splits: tuple[Literal["train", "valid", "test"], ...] = Field(
+        ("test",), description="Splits that get the image-grounded check (paper: test)"
     )
 
     def words(self, kind: str) -> WordRange:

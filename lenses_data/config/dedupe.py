@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from lenses_data.config.frozen import FrozenModel
 
 # Table 1 of the paper: 105,669 images, valid 1,100, test 5,500 (train 99,069).
 TABLE1_IMAGES = 105_669
@@ -22,9 +24,7 @@ CLIP_BATCH_CUDA = 256
 CLIP_BATCH_CPU = 64
 
 
-class DedupeConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class DedupeConfig(FrozenModel):
     hash_kind: Literal["phash", "dhash", "whash"] = Field("phash", description="imagehash function")
     hamming_radius: int = Field(
         8, ge=0, le=24, description="Max Hamming distance (bits of 64) for a removal pair (calibrated)"
@@ -116,9 +116,7 @@ class DedupeConfig(BaseModel):
         return self.hamming_radius if self.leakage_hamming_radius is None else self.leakage_hamming_radius
 
 
-class SplitConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class SplitConfig(FrozenModel):
     valid: float = Field(
         0.01041, ge=0, description="Fraction (<1) or count (>=1) of images for valid; 0.01041*105669 = 1100"
     )

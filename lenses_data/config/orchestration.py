@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from lenses_data.config.frozen import FrozenModel
 
 
-class OrchestrationConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class OrchestrationConfig(FrozenModel):
     task_runner: Literal["thread", "dask", "ray"] = Field(
         "thread", description="thread: one machine; dask/ray: needs prefect-dask / prefect-ray installed"
     )

@@ -33,8 +33,9 @@ Where each default comes from (001 = main paper, 000 = supplementary, in shared/
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from lenses_data.config.frozen import FrozenModel
 from lenses_data.schemas import LENS_NAMES
 
 # 001 Table 1: images, captions and captions per lens, by split.
@@ -79,10 +80,8 @@ EXAMPLE_WORDS_SD = {"caption": 3.8, "prompt": 3.3}
 LISTING_WORD_RANGE = {"caption": (8, 22), "prompt": (10, 28)}  # Listing 3 / Listing 2
 
 
-class SimContentSettings(BaseModel):
+class SimContentSettings(FrozenModel):
     """How the simulated models write and validate texts (sources in the module docstring)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     texts_per_image: float = Field(
         table1_density(), gt=0, description="Final texts per image and kind to aim at (Table 1: 6.93)"
@@ -102,10 +101,8 @@ class SimContentSettings(BaseModel):
     visual_edit_rate: float = Field(0.05, ge=0, le=1, description="Listing 5 softening edits (assumption)")
 
 
-class SimServerFaults(BaseModel):
+class SimServerFaults(FrozenModel):
     """What some real OpenAI-compatible servers do to this pipeline's requests; all off by default."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     reject_json_schema: bool = Field(
         False, description="HTTP 500 on any request whose response_format is json_schema"
@@ -128,10 +125,8 @@ class SimServerFaults(BaseModel):
     )
 
 
-class SimulatorSettings(BaseModel):
+class SimulatorSettings(FrozenModel):
     """How the in-process simulator of a dry run answers; ignored by real runs."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     yes_rate: float = Field(0.3, ge=0, le=1, description="Share of YES answers to the image filter")
     seed: int = Field(0, description="Seed of the simulator's deterministic answers")

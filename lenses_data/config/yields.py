@@ -22,8 +22,9 @@ Where the defaults come from (001 = main paper, in shared/seeds):
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
+from lenses_data.config.frozen import FrozenModel
 from lenses_data.config.simulator import PAPER
 
 # A fifth of the paper's filter pass share (10.6%): the largest share a filter may reject.
@@ -31,10 +32,8 @@ FILTER_MAX_REJECTED = round(1 - PAPER["images"] / PAPER["candidates"] / 5, 3)
 TEXT_MAX_REJECTED = 0.25
 
 
-class Band(BaseModel):
+class Band(FrozenModel):
     """The rejection shares a stage may have; None: that side is not judged."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     min_rejected: float | None = Field(None, ge=0, le=1, description="Smallest share it may reject")
     max_rejected: float | None = Field(None, ge=0, le=1, description="Largest share it may reject")
@@ -47,11 +46,11 @@ class Band(BaseModel):
         return self
 
 
-class YieldBands(BaseModel):
+class YieldBands(FrozenModel):
     """One band per stage (the stage's name); a stage without limits is not judged."""
 
     # `validate` is a BaseModel method: the field is `validate_`, read and written as `validate`.
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, serialize_by_alias=True)
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
 
     ingest: Band = Field(default_factory=Band)
     dedupe: Band = Field(default_factory=Band)
@@ -68,9 +67,7 @@ class YieldBands(BaseModel):
         return getattr(self, "validate_" if stage == "validate" else stage, None)
 
 
-class YieldsConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class YieldsConfig(FrozenModel):
     accept: bool = Field(
         False,
         description="Accept a stage whose rejection share left its band: the build reports it and exits "
