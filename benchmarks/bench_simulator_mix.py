@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from lenses_data.annotation.prompts import TEXT_VALIDATION, VISUAL_VALIDATION
 from lenses_data.config.simulator import (
     EXAMPLE_WORDS,
     SimContentSettings,
@@ -65,7 +66,7 @@ def word_rows(report: dict) -> list[str]:
 def validator_rows(report: dict) -> list[str]:
     rates = SimContentSettings()
     rows = []
-    for stage, prefix in (("text_validation", "text"), ("visual_validation", "visual")):
+    for stage, prefix in ((TEXT_VALIDATION, "text"), (VISUAL_VALIDATION, "visual")):
         for what in ("discarded", "edited"):
             want = getattr(rates, f"{prefix}_{'discard' if what == 'discarded' else 'edit'}_rate")
             got = [report[kind][stage][what] for kind in ("caption", "prompt")]

@@ -122,3 +122,31 @@ def test_the_template_of_each_text_kind_is_written_once():
     assert [(w.path, w.pairs) for w in mappings] == [(TEMPLATES_DECLARED, tuple(TEMPLATE_OF_KIND.items()))]
     named = [w for w in string_constants() if w.values[0].endswith(TEMPLATE_OF_KIND["prompt"])]
     assert [(w.path, w.values) for w in named] == [(TEMPLATES_DECLARED, (TEMPLATE_OF_KIND["prompt"],))]
+
+
+# Template names that also name something else ("filter": a stage and a role; "captions": an export
+# table), so a bare string is no evidence: for them only a constant named for a template counts.
+TEMPLATE_NAMES_SHARED = {"filter", "captions"}
+
+
+def test_every_template_name_is_written_once():
+    """The five templates are named in prompts.py only (rules, the simulator and the stages import
+    the names): no string of a template's own name elsewhere, no `TEMPLATE = "..."` elsewhere."""
+    from lenses_data.annotation.prompts import TEMPLATE_NAMES
+    from tests.source_facts import assigned_constants
+
+    own = set(TEMPLATE_NAMES) - TEMPLATE_NAMES_SHARED
+    written = [str(w) for w in string_constants() if w.values[0] in own and w.path != TEMPLATES_DECLARED]
+    assert written == []
+    named = [
+        str(w)
+        for w in assigned_constants("template")
+        if w.values[0] in TEMPLATE_NAMES and w.path != TEMPLATES_DECLARED
+    ]
+    assert named == []
+    declared = [
+        w.values[0]
+        for w in string_constants((TEMPLATES_DECLARED.split("/")[0],))
+        if w.path == TEMPLATES_DECLARED
+    ]
+    assert set(TEMPLATE_NAMES) <= set(declared)

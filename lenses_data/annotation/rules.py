@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from lenses_data.annotation.phrase_bank import IdiomMatch, PhraseBank, stem
-from lenses_data.annotation.prompts import TEMPLATE_OF_KIND
+from lenses_data.annotation.prompts import TEMPLATE_OF_KIND, VISUAL_VALIDATION
 from lenses_data.schemas import LENS_NAMES
 
 # Reason codes
@@ -70,9 +70,8 @@ IDIOM_STRENGTH = {
     ("caption", FIGURATIVE_MISSING_IDIOM): "MUST",
     ("caption", FORBIDDEN_IDIOM): "SHOULD NOT",
 }
-# Who wrote the text a check runs on: the generator (None), or a validator's edit (its template).
-TEXT_VALIDATION = "text_validation"  # Listing 4
-VISUAL_VALIDATION = "visual_validation"  # Listing 5: may "remove or soften" fragments and idioms
+# Who wrote the text a check runs on: the generator (None), or a validator's edit (its template,
+# TEXT_VALIDATION or VISUAL_VALIDATION, named in prompts.py).
 
 _WORD = re.compile(r"[A-Za-z0-9]+(?:['\u2019\-][A-Za-z0-9]+)*")
 _LABEL_WORDS = "caption|prompt|focus|category|text|output|answer|" + "|".join(n.lower() for n in LENS_NAMES)

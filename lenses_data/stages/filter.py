@@ -16,7 +16,7 @@ import pandas as pd
 
 from lenses_data import io
 from lenses_data.annotation.answers import FILTER_CHOICES, parse_filter_answer
-from lenses_data.annotation.prompts import get_template
+from lenses_data.annotation.prompts import FILTER_TEMPLATE, get_template
 from lenses_data.annotation.rejection_rows import failed_result_rejection, rejection
 from lenses_data.config import PipelineConfig
 from lenses_data.config.roles import ROLE_OF_STAGE, role_settings
@@ -27,7 +27,7 @@ from lenses_data.stages.annotation_base import AnnotationStage
 
 STAGE = "filter"
 ROLE = ROLE_OF_STAGE[STAGE]
-TEMPLATE = "filter"
+TEMPLATE = FILTER_TEMPLATE
 REJECT_NO = "filter_no"
 
 
