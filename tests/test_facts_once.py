@@ -150,3 +150,76 @@ def test_every_template_name_is_written_once():
         if w.path == TEMPLATES_DECLARED
     ]
     assert set(TEMPLATE_NAMES) <= set(declared)
+
+
+LISTINGS_DECLARED = "lenses_data/config/annotate.py"
+
+
+def _numbers_together(values: set[int]) -> list[str]:
+    """Tuples, lists and calls of the pipeline whose numeric constants include all of `values`."""
+    import ast
+
+    from tests.source_facts import source_files
+
+    found = []
+    for path, tree in source_files(PIPELINE):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Tuple | ast.List):
+                parts = node.elts
+            elif isinstance(node, ast.Call):
+                parts = [*node.args, *(k.value for k in node.keywords)]
+            else:
+                continue
+            numbers = {p.value for p in parts if isinstance(p, ast.Constant) and type(p.value) is int}
+            if values <= numbers:
+                found.append(f"{path}:{node.lineno}")
+    return found
+
+
+def test_the_listings_word_ranges_are_written_once():
+    """10-28 (prompts) and 8-22 (captions) in `LISTING_WORDS` only; the config's defaults, the
+    simulator and the sample requests read it."""
+    from lenses_data.config.annotate import LISTING_WORDS, AnnotateConfig
+
+    for kind, (low, high) in LISTING_WORDS.items():
+        assert [p.split(":")[0] for p in _numbers_together({low, high})] == [LISTINGS_DECLARED], kind
+        assert AnnotateConfig().words(kind).model_dump() == {"min": low, "max": high}
+
+
+def test_the_idiom_share_is_written_once():
+    """0.4 (Listing 2's "about 40 percent") in `IDIOM_TARGET_SHARE` only: the config's default and
+    the card's fallback for a manifest without it read it."""
+    from lenses_data.config.annotate import IDIOM_TARGET_SHARE
+    from tests.source_facts import number_constants
+
+    assert [w.path for w in number_constants(IDIOM_TARGET_SHARE, PIPELINE)] == [LISTINGS_DECLARED]
+
+
+def test_the_idiom_lenses_are_written_once():
+    """Which lenses MUST carry an idiom and which must not: `IDIOM_REQUIRED_LENSES` /
+    `IDIOM_FORBIDDEN_LENSES`, the config's defaults and the rules' defaults (no list of them elsewhere)."""
+    from lenses_data.annotation.rules import text_violations
+    from lenses_data.config.annotate import IDIOM_FORBIDDEN_LENSES, IDIOM_REQUIRED_LENSES, AnnotateConfig
+
+    lists = [set(IDIOM_REQUIRED_LENSES), set(IDIOM_FORBIDDEN_LENSES)]
+    assert [str(w) for w in string_collections() if set(w.values) in lists] == []
+    config = AnnotateConfig()
+    assert (config.idiom_required_lenses, config.idiom_forbidden_lenses) == (
+        IDIOM_REQUIRED_LENSES,
+        IDIOM_FORBIDDEN_LENSES,
+    )
+    defaults = text_violations.__kwdefaults__
+    assert (defaults["required"], defaults["forbidden"]) == (IDIOM_REQUIRED_LENSES, IDIOM_FORBIDDEN_LENSES)
+
+
+def test_the_listings_text_states_the_declared_facts():
+    """prompts/*.txt are the paper's listings verbatim (hashed into the journal keys), so they cannot
+    read the constants: they are checked against them instead."""
+    from lenses_data.annotation.prompts import TEMPLATE_OF_KIND
+    from lenses_data.config.annotate import IDIOM_TARGET_SHARE, LISTING_WORDS
+    from tests.source_facts import REPO_ROOT
+
+    for kind, (low, high) in LISTING_WORDS.items():
+        text = (REPO_ROOT / "prompts" / f"{TEMPLATE_OF_KIND[kind]}.txt").read_text()
+        assert f"{low}-{high} words" in text, kind
+        assert f"{round(IDIOM_TARGET_SHARE * 100)} percent" in text, kind

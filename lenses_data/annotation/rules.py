@@ -22,6 +22,7 @@ from functools import lru_cache
 
 from lenses_data.annotation.phrase_bank import IdiomMatch, PhraseBank, stem
 from lenses_data.annotation.prompts import TEMPLATE_OF_KIND, VISUAL_VALIDATION
+from lenses_data.config.annotate import IDIOM_FORBIDDEN_LENSES, IDIOM_REQUIRED_LENSES
 from lenses_data.schemas import LENS_NAMES
 
 # Reason codes
@@ -248,8 +249,8 @@ def text_violations(
     high: int,
     self_references: Iterable[str],
     bank: PhraseBank,
-    required: Iterable[str] = ("Figurative",),
-    forbidden: Iterable[str] = ("Literal", "Background"),
+    required: Iterable[str] = IDIOM_REQUIRED_LENSES,
+    forbidden: Iterable[str] = IDIOM_FORBIDDEN_LENSES,
 ) -> list[Violation]:
     """Every per-text rule; an empty list means the text passes."""
     if not text or not text.strip():

@@ -77,7 +77,6 @@ EXAMPLE_WORDS: dict[str, dict[str, float]] = {
     "prompt": {"Literal": 21.8, "Figurative": 17.2, "Abstract": 19.0, "Background": 18.5, "Emotional": 19.0},
 }
 EXAMPLE_WORDS_SD = {"caption": 3.8, "prompt": 3.3}
-LISTING_WORD_RANGE = {"caption": (8, 22), "prompt": (10, 28)}  # Listing 3 / Listing 2
 
 
 class SimContentSettings(FrozenModel):
