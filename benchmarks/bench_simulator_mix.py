@@ -18,12 +18,8 @@ import time
 from pathlib import Path
 
 from lenses_data.annotation.prompts import TEXT_VALIDATION, VISUAL_VALIDATION
-from lenses_data.config.simulator import (
-    EXAMPLE_WORDS,
-    SimContentSettings,
-    table1_density,
-    table1_lens_share,
-)
+from lenses_data.config.paper import table1_density, table1_lens_share
+from lenses_data.config.simulator import EXAMPLE_WORDS, SimContentSettings
 from lenses_data.schemas import LENS_NAMES
 from lenses_data.simulator.simreport import mix_report, run_text_stages
 

@@ -5,6 +5,8 @@ fields) is checked against the declaration instead."""
 
 from __future__ import annotations
 
+import pytest
+
 from lenses_data.config.roles import MODEL_ROLES, ROLE_OF_STAGE, ROLES
 from lenses_data.stages.registry import STAGES
 from tests.source_facts import keyword_constants, string_collections, string_constants
@@ -223,3 +225,38 @@ def test_the_listings_text_states_the_declared_facts():
         text = (REPO_ROOT / "prompts" / f"{TEMPLATE_OF_KIND[kind]}.txt").read_text()
         assert f"{low}-{high} words" in text, kind
         assert f"{round(IDIOM_TARGET_SHARE * 100)} percent" in text, kind
+
+
+PAPER_DECLARED = "lenses_data/config/paper.py"
+
+
+def test_table_1_counts_are_written_once():
+    """Every count of the paper's Table 1 (images, captions, captions per lens, by split) is written
+    in config/paper.py only; the split's production sizes and the simulator derive from it."""
+    from lenses_data.config.dedupe import PRODUCTION_SPLIT, TABLE1_IMAGES
+    from lenses_data.config.paper import TABLE1
+    from tests.source_facts import number_constants
+
+    counts = {count for row in TABLE1.values() for count in row.values()}
+    written = {
+        str(w) for count in counts for w in number_constants(count, PIPELINE) if w.path != PAPER_DECLARED
+    }
+    assert written == set()
+    assert PRODUCTION_SPLIT.sizes(TABLE1_IMAGES) == (TABLE1["valid"]["images"], TABLE1["test"]["images"])
+
+
+def test_the_filters_pass_share_is_the_papers_and_written_once():
+    """001 Sec. 3.1 states "approximately 10% of candidates pass" and 105,669 images; the candidate
+    count is derived from the two (no paper states it). The yield band, the plan's paper funnel and the
+    filter's `paper_pass_rate` read `FILTER_PASS_SHARE`; 10.6% (105,669 of an assumed 1,000,000) is gone."""
+    from lenses_data.config.paper import FILTER_PASS_SHARE, PAPER
+    from lenses_data.config.yields import FILTER_MAX_REJECTED
+    from tests.source_facts import number_constants
+
+    assert FILTER_PASS_SHARE == 0.10 and PAPER["images"] / PAPER["candidates"] == pytest.approx(
+        FILTER_PASS_SHARE
+    )
+    assert FILTER_MAX_REJECTED == round(1 - FILTER_PASS_SHARE / 5, 3)
+    readers = ("lenses_data/stages", "lenses_data/config", "lenses_data/plan", "lenses_data/publish")
+    written = [w.path for w in number_constants(FILTER_PASS_SHARE, readers) if w.path != PAPER_DECLARED]
+    assert written == ["lenses_data/config/simulator.py"]  # its text_edit_rate, an assumption of its own

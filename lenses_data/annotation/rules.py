@@ -22,6 +22,9 @@ from functools import lru_cache
 
 from lenses_data.annotation.phrase_bank import IdiomMatch, PhraseBank, stem
 from lenses_data.annotation.prompts import TEMPLATE_OF_KIND, VISUAL_VALIDATION
+from lenses_data.annotation.prompts import (
+    TEXT_VALIDATION as TEXT_VALIDATION,  # read as rules.TEXT_VALIDATION too
+)
 from lenses_data.config.annotate import IDIOM_FORBIDDEN_LENSES, IDIOM_REQUIRED_LENSES
 from lenses_data.schemas import LENS_NAMES
 

@@ -13,11 +13,12 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from lenses_data.config.frozen import FrozenModel
+from lenses_data.config.paper import TABLE1
 
 # Table 1 of the paper: 105,669 images, valid 1,100, test 5,500 (train 99,069).
-TABLE1_IMAGES = 105_669
-TABLE1_VALID = 1_100
-TABLE1_TEST = 5_500
+TABLE1_IMAGES = TABLE1["total"]["images"]
+TABLE1_VALID = TABLE1["valid"]["images"]
+TABLE1_TEST = TABLE1["test"]["images"]
 # Default CLIP batch sizes: a GPU needs large batches to be busy (256: ~1,800 images/s for ViT-L-14
 # in bf16 on an H100 or H200, issue 31); the CPU keeps the old 64.
 CLIP_BATCH_CUDA = 256

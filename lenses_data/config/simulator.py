@@ -27,8 +27,9 @@ Where each default comes from (001 = main paper, 000 = supplementary, in shared/
   rates; the text-validation rates below are this project's assumptions. Visual validation (test
   split only) can have removed little: Table 1's test split keeps 6.96 captions per image against
   train's 6.93, so its discard rate is set to 1% (about the standard error of that density).
-- Filter: 001 Sec. 3.1, "approximately 10% of candidates pass". The default `yes_rate` stays 0.3
-  and the sample config uses 0.85 so a small pool leaves later stages work.
+- Filter: 001 Sec. 3.1, "approximately 10% of candidates pass" (`FILTER_PASS_SHARE`,
+  lenses_data/config/paper.py). The default `yes_rate` stays 0.3 and the sample config uses 0.85
+  so a small pool leaves later stages work.
 """
 
 from __future__ import annotations
@@ -36,40 +37,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from lenses_data.config.frozen import FrozenModel
-from lenses_data.schemas import LENS_NAMES
-
-# 001 Table 1: images, captions and captions per lens, by split.
-TABLE1: dict[str, dict[str, int]] = {
-    "train": {"images": 99_069, "captions": 686_469, "Literal": 137_034, "Figurative": 161_126,
-              "Abstract": 148_652, "Background": 112_111, "Emotional": 127_546},
-    "valid": {"images": 1_100, "captions": 7_677, "Literal": 1_526, "Figurative": 1_799,
-              "Abstract": 1_654, "Background": 1_269, "Emotional": 1_429},
-    "test": {"images": 5_500, "captions": 38_259, "Literal": 7_613, "Figurative": 8_950,
-             "Abstract": 8_262, "Background": 6_306, "Emotional": 7_128},
-    "total": {"images": 105_669, "captions": 732_405, "Literal": 146_173, "Figurative": 171_875,
-              "Abstract": 158_568, "Background": 119_686, "Emotional": 136_103},
-}  # fmt: skip
-
-# Main paper, Table 1 and Sec. 3.1: ~10% of ~1M candidates pass the filter -> 105,669 images,
-# split 99,069 / 1,100 / 5,500, with 732,405 captions (the plan's "paper" yields, the yield bands).
-PAPER = {
-    "candidates": 1_000_000,
-    "images": TABLE1["total"]["images"],
-    "test_images": TABLE1["test"]["images"],
-    "captions": TABLE1["total"]["captions"],
-}
-
-
-def table1_density(split: str = "total") -> float:
-    """Captions per image of a Table 1 split (6.93 over the whole dataset)."""
-    return TABLE1[split]["captions"] / TABLE1[split]["images"]
-
-
-def table1_lens_share(split: str = "total") -> dict[str, float]:
-    """Share of each lens among a Table 1 split's captions."""
-    row = TABLE1[split]
-    return {lens: row[lens] / row["captions"] for lens in LENS_NAMES}
-
+from lenses_data.config.paper import table1_density, table1_lens_share
 
 # Mean words per text by kind and lens, measured on 000 Figs. 5-7 (six examples per lens).
 EXAMPLE_WORDS: dict[str, dict[str, float]] = {

@@ -19,6 +19,7 @@ from lenses_data.annotation.answers import FILTER_CHOICES, parse_filter_answer
 from lenses_data.annotation.prompts import FILTER_TEMPLATE, get_template
 from lenses_data.annotation.rejection_rows import failed_result_rejection, rejection
 from lenses_data.config import PipelineConfig
+from lenses_data.config.paper import FILTER_PASS_SHARE
 from lenses_data.config.roles import ROLE_OF_STAGE, role_settings
 from lenses_data.models.types import AnswerClient, ModelRequest
 from lenses_data.schemas import CandidateImage, DedupeRecord, FilterDecision
@@ -127,5 +128,5 @@ class FilterStage(AnnotationStage):
             "decided": decided,
             "passed": passed,
             "pass_rate": round(passed / decided, 4) if decided else None,
-            "paper_pass_rate": 0.10,
+            "paper_pass_rate": FILTER_PASS_SHARE,
         }

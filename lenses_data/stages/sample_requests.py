@@ -15,8 +15,8 @@ from typing import Any
 from lenses_data.annotation.validation import TEXT_VALIDATOR, VISUAL_VALIDATOR, build_request
 from lenses_data.config import PipelineConfig
 from lenses_data.config.annotate import LISTING_WORDS
+from lenses_data.config.paper import table1_density
 from lenses_data.config.roles import ROLES
-from lenses_data.config.simulator import table1_density
 from lenses_data.models.types import ModelRequest
 from lenses_data.schemas import LENS_NAMES
 from lenses_data.stages import filter as filter_stage
