@@ -260,3 +260,34 @@ def test_the_filters_pass_share_is_the_papers_and_written_once():
     readers = ("lenses_data/stages", "lenses_data/config", "lenses_data/plan", "lenses_data/publish")
     written = [w.path for w in number_constants(FILTER_PASS_SHARE, readers) if w.path != PAPER_DECLARED]
     assert written == ["lenses_data/config/simulator.py"]  # its text_edit_rate, an assumption of its own
+
+
+MODELS_DECLARED = "lenses_data/config/models.py"
+
+
+def test_model_ids_are_written_once():
+    """The served models' ids (InternVL3.5-38B in both formats, Qwen2.5-32B-Instruct) are constants of
+    config/models.py; the roles' defaults and the simulator's model list read them."""
+    from lenses_data.config.models import INTERNVL, INTERNVL_HF, QWEN
+    from lenses_data.simulator.simulator import SimConfig
+
+    ids = {INTERNVL, INTERNVL_HF, QWEN}
+    assert [str(w) for w in string_constants() if w.values[0] in ids and w.path != MODELS_DECLARED] == []
+    assert tuple(SimConfig().models) == (INTERNVL, QWEN)
+
+
+METRIC_KEYS_DECLARED = "training/evaluation/metrics/keys.py"
+
+
+def test_metric_keys_are_written_once():
+    """ "LC@10", "RSUM", "mAP@R", ...: named in training/evaluation/metrics/keys.py only; the metrics
+    that compute them, the runs, the tables and the summary line import the names."""
+    from tests.source_facts import string_constants as constants
+    from training.evaluation.metrics import keys
+
+    names = {v for k, v in vars(keys).items() if k.isupper() and isinstance(v, str)}
+    assert {"LC@10", "All@10", "RSUM", "mAP@R"} <= names
+    written = [
+        str(w) for w in constants(("training",)) if w.values[0] in names and w.path != METRIC_KEYS_DECLARED
+    ]
+    assert written == []

@@ -29,6 +29,7 @@ from training.evaluation.inputs import (
     open_clip_scores,
     split_labels,
 )
+from training.evaluation.metrics.keys import LC10, RSUM
 from training.evaluation.scoring.zero_shot import zero_shot_systems
 from training.evaluation.systems.paper import add_paper_results, fine_tuned_scores
 from training.evaluation.systems.swap import add_harness_results
@@ -44,7 +45,7 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
         for name, m in systems.items():
             lines.append(
                 f"[{protocol}] {name}: I->T R@1 {m['all/i2t/R@1']:.2f}  T->I R@1 {m['all/t2i/R@1']:.2f}  "
-                f"RSUM {m['RSUM']:.1f}  LC@10 {m['LC@10']:.1f}  "
+                f"{RSUM} {m[RSUM]:.1f}  {LC10} {m[LC10]:.1f}  "
                 f"macro I->T R@1 {m['macro/i2t/R@1']:.2f}  macro T->I R@1 {m['macro/t2i/R@1']:.2f}"
             )
     return lines

@@ -22,6 +22,7 @@ import numpy as np
 from training.evaluation.config import EvalConfig
 from training.evaluation.external_config import KarpathySection
 from training.evaluation.lens_models import LENSES_ALL, lens_models
+from training.evaluation.metrics.keys import RSUM
 from training.evaluation.metrics.retrieval import retrieval_metrics
 from training.evaluation.types import SplitLabels
 from training.external.karpathy import KarpathySet, read_karpathy
@@ -36,7 +37,7 @@ DATASETS = {"coco": "COCO 5k (supp. Table 1)", "flickr30k": "Flickr30K 1k (supp.
 def karpathy_metrics(sim: Any, ds: KarpathySet, ks: tuple[int, ...] = (1, 5, 10)) -> dict[str, float]:
     """I->T and T->I R@K (any of an image's captions counts), RSUM and ranks of one score matrix."""
     m = retrieval_metrics(sim, ds.caption_image, ds.caption_lens, ks=ks, protocol="full_gallery")
-    return {k: v for k, v in m.items() if k.startswith("all/") or k == "RSUM"}
+    return {k: v for k, v in m.items() if k.startswith("all/") or k == RSUM}
 
 
 def read_prompts(table: str | None, ds: KarpathySet) -> list[list[tuple[str, int]]]:

@@ -17,6 +17,7 @@ from training.evaluation.config import EvalConfig, VariantSection
 from training.evaluation.evaluate import evaluate_encoded
 from training.evaluation.inputs import encode_in_process, read_encodings
 from training.evaluation.lens_models import LENSES_ALL, checkpoint_bundle, lens_models
+from training.evaluation.metrics.keys import RSUM
 from training.evaluation.metrics.retrieval import retrieval_metrics
 from training.evaluation.scoring.similarity import all_lens_text_slots, score_lens_slots
 from training.evaluation.scoring.zero_shot import (
@@ -130,7 +131,7 @@ def artemis_results(cfg: EvalConfig, source: dict) -> dict[str, Any]:
     systems = {}
     for row, sim in scores.items():
         m = retrieval_metrics(sim, ds.caption_image, ds.caption_lens, ks=cfg.metrics.ks)
-        systems[row] = {k: v for k, v in m.items() if k.startswith("all/") or k == "RSUM"}
+        systems[row] = {k: v for k, v in m.items() if k.startswith("all/") or k == RSUM}
     return {
         "systems": systems,
         "unavailable": unavailable,
