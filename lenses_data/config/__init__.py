@@ -4,8 +4,9 @@ Sections live in their own modules (ingest, dedupe, models, annotate, export); t
 One precedence, lowest first (`resolve_config`): the built-in defaults, the YAML file, the
 `LENSES__<SECTION>__<FIELD>=value` environment (values parsed as YAML scalars, e.g.
 `LENSES__DEDUPE__HAMMING_RADIUS=6` or `LENSES__SHARD_SIZE=500`), then explicit overrides (a flow's
-`overrides` and `run_dir` parameters, a command's flags). Every model is frozen: a changed setting is
-a new config (`model_copy(update=...)`), so what a run checked is what its stages use.
+`overrides` and `run_dir` parameters, a command's flags). Every model is frozen, all the way down
+(`config/frozen.py`: lists are tuples, dicts `FrozenDict`s): a changed setting is a new config
+(`model_copy(update=...)`), so what a run checked is what its stages use.
 """
 
 from __future__ import annotations
