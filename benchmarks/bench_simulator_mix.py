@@ -17,12 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from lenses_data.config.simulator import (
-    EXAMPLE_WORDS,
-    SimContentSettings,
-    table1_density,
-    table1_lens_share,
-)
+from lenses_data.annotation.prompts import TEXT_VALIDATION, VISUAL_VALIDATION
+from lenses_data.config.paper import table1_density, table1_lens_share
+from lenses_data.config.simulator import EXAMPLE_WORDS, SimContentSettings
 from lenses_data.schemas import LENS_NAMES
 from lenses_data.simulator.simreport import mix_report, run_text_stages
 
@@ -65,7 +62,7 @@ def word_rows(report: dict) -> list[str]:
 def validator_rows(report: dict) -> list[str]:
     rates = SimContentSettings()
     rows = []
-    for stage, prefix in (("text_validation", "text"), ("visual_validation", "visual")):
+    for stage, prefix in ((TEXT_VALIDATION, "text"), (VISUAL_VALIDATION, "visual")):
         for what in ("discarded", "edited"):
             want = getattr(rates, f"{prefix}_{'discard' if what == 'discarded' else 'edit'}_rate")
             got = [report[kind][stage][what] for kind in ("caption", "prompt")]

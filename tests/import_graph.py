@@ -78,6 +78,40 @@ def package_graph(graph: dict[str, set[str]], top: str) -> dict[str, set[str]]:
     return out
 
 
+def children_graph(graph: dict[str, set[str]], package: str) -> dict[str, set[str]]:
+    """Edges between the direct children (sub-packages and modules) of `package`, each child standing
+    for every module below it: `pkg.a.x.m -> pkg.a.y.n` is `pkg.a.x -> pkg.a.y` in the graph of `pkg.a`."""
+    depth = package.count(".") + 1
+
+    def child(mod: str) -> str | None:
+        return ".".join(mod.split(".")[: depth + 1]) if mod.startswith(package + ".") else None
+
+    out: dict[str, set[str]] = {}
+    for mod, targets in graph.items():
+        src = child(mod)
+        if src is None:
+            continue
+        out.setdefault(src, set())
+        for t in targets:
+            dst = child(t)
+            if dst is not None and dst != src:
+                out[src].add(dst)
+                out.setdefault(dst, set())
+    return out
+
+
+def package_cycles(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    """{package: a cycle between its direct children} for every package at every depth (a module of
+    the graph that others sit below), not only one level under the top."""
+    packages = {m.rsplit(".", 1)[0] for m in graph if "." in m}
+    found = {}
+    for package in sorted(packages):
+        cycle = find_cycle(children_graph(graph, package))
+        if cycle is not None:
+            found[package] = cycle
+    return found
+
+
 def imports_of_packages(root: Path, tops: set[str]) -> dict[str, set[str]]:
     """module of `root` -> the modules it imports (any depth in the file) whose top-level package is
     one of `tops` (e.g. another package of the repository)."""

@@ -81,3 +81,30 @@ def keyword_constants(name: str, dirs: tuple[str, ...] = SOURCE_DIRS) -> Iterato
             if isinstance(node, ast.keyword) and node.arg == name and isinstance(node.value, ast.Constant):
                 if isinstance(node.value.value, str):
                     yield Written(path, node.value.lineno, (node.value.value,))
+
+
+def assigned_constants(word: str, dirs: tuple[str, ...] = SOURCE_DIRS) -> Iterator[Written]:
+    """Names and attributes assigned a string or number constant whose name contains `word` (any
+    case), e.g. `TEMPLATE = "filter"` or `template = "filter"` in a class body, `SHARE = 0.4`."""
+    for path, tree in source_files(dirs):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign):
+                targets, value = node.targets, node.value
+            elif isinstance(node, ast.AnnAssign) and node.value is not None:
+                targets, value = [node.target], node.value
+            else:
+                continue
+            if not (isinstance(value, ast.Constant) and isinstance(value.value, str | int | float)):
+                continue
+            for target in targets:
+                name = target.id if isinstance(target, ast.Name) else getattr(target, "attr", "")
+                if word.lower() in name.lower():
+                    yield Written(path, node.lineno, (str(value.value),))
+
+
+def number_constants(value: float, dirs: tuple[str, ...] = SOURCE_DIRS) -> Iterator[Written]:
+    """Every numeric constant equal to `value` (ints and floats), e.g. each 0.4 written."""
+    for path, tree in source_files(dirs):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and type(node.value) in (int, float) and node.value == value:
+                yield Written(path, node.lineno, (repr(node.value),))

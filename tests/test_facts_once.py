@@ -5,6 +5,8 @@ fields) is checked against the declaration instead."""
 
 from __future__ import annotations
 
+import pytest
+
 from lenses_data.config.roles import MODEL_ROLES, ROLE_OF_STAGE, ROLES
 from lenses_data.stages.registry import STAGES
 from tests.source_facts import keyword_constants, string_collections, string_constants
@@ -122,3 +124,170 @@ def test_the_template_of_each_text_kind_is_written_once():
     assert [(w.path, w.pairs) for w in mappings] == [(TEMPLATES_DECLARED, tuple(TEMPLATE_OF_KIND.items()))]
     named = [w for w in string_constants() if w.values[0].endswith(TEMPLATE_OF_KIND["prompt"])]
     assert [(w.path, w.values) for w in named] == [(TEMPLATES_DECLARED, (TEMPLATE_OF_KIND["prompt"],))]
+
+
+# Template names that also name something else ("filter": a stage and a role; "captions": an export
+# table), so a bare string is no evidence: for them only a constant named for a template counts.
+TEMPLATE_NAMES_SHARED = {"filter", "captions"}
+
+
+def test_every_template_name_is_written_once():
+    """The five templates are named in prompts.py only (rules, the simulator and the stages import
+    the names): no string of a template's own name elsewhere, no `TEMPLATE = "..."` elsewhere."""
+    from lenses_data.annotation.prompts import TEMPLATE_NAMES
+    from tests.source_facts import assigned_constants
+
+    own = set(TEMPLATE_NAMES) - TEMPLATE_NAMES_SHARED
+    written = [str(w) for w in string_constants() if w.values[0] in own and w.path != TEMPLATES_DECLARED]
+    assert written == []
+    named = [
+        str(w)
+        for w in assigned_constants("template")
+        if w.values[0] in TEMPLATE_NAMES and w.path != TEMPLATES_DECLARED
+    ]
+    assert named == []
+    declared = [
+        w.values[0]
+        for w in string_constants((TEMPLATES_DECLARED.split("/")[0],))
+        if w.path == TEMPLATES_DECLARED
+    ]
+    assert set(TEMPLATE_NAMES) <= set(declared)
+
+
+LISTINGS_DECLARED = "lenses_data/config/annotate.py"
+
+
+def _numbers_together(values: set[int]) -> list[str]:
+    """Tuples, lists and calls of the pipeline whose numeric constants include all of `values`."""
+    import ast
+
+    from tests.source_facts import source_files
+
+    found = []
+    for path, tree in source_files(PIPELINE):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Tuple | ast.List):
+                parts = node.elts
+            elif isinstance(node, ast.Call):
+                parts = [*node.args, *(k.value for k in node.keywords)]
+            else:
+                continue
+            numbers = {p.value for p in parts if isinstance(p, ast.Constant) and type(p.value) is int}
+            if values <= numbers:
+                found.append(f"{path}:{node.lineno}")
+    return found
+
+
+def test_the_listings_word_ranges_are_written_once():
+    """10-28 (prompts) and 8-22 (captions) in `LISTING_WORDS` only; the config's defaults, the
+    simulator and the sample requests read it."""
+    from lenses_data.config.annotate import LISTING_WORDS, AnnotateConfig
+
+    for kind, (low, high) in LISTING_WORDS.items():
+        assert [p.split(":")[0] for p in _numbers_together({low, high})] == [LISTINGS_DECLARED], kind
+        assert AnnotateConfig().words(kind).model_dump() == {"min": low, "max": high}
+
+
+def test_the_idiom_share_is_written_once():
+    """0.4 (Listing 2's "about 40 percent") in `IDIOM_TARGET_SHARE` only: the config's default and
+    the card's fallback for a manifest without it read it."""
+    from lenses_data.config.annotate import IDIOM_TARGET_SHARE
+    from tests.source_facts import number_constants
+
+    assert [w.path for w in number_constants(IDIOM_TARGET_SHARE, PIPELINE)] == [LISTINGS_DECLARED]
+
+
+def test_the_idiom_lenses_are_written_once():
+    """Which lenses MUST carry an idiom and which must not: `IDIOM_REQUIRED_LENSES` /
+    `IDIOM_FORBIDDEN_LENSES`, the config's defaults and the rules' defaults (no list of them elsewhere)."""
+    from lenses_data.annotation.rules import text_violations
+    from lenses_data.config.annotate import IDIOM_FORBIDDEN_LENSES, IDIOM_REQUIRED_LENSES, AnnotateConfig
+
+    lists = [set(IDIOM_REQUIRED_LENSES), set(IDIOM_FORBIDDEN_LENSES)]
+    assert [str(w) for w in string_collections() if set(w.values) in lists] == []
+    config = AnnotateConfig()
+    assert (config.idiom_required_lenses, config.idiom_forbidden_lenses) == (
+        IDIOM_REQUIRED_LENSES,
+        IDIOM_FORBIDDEN_LENSES,
+    )
+    defaults = text_violations.__kwdefaults__
+    assert (defaults["required"], defaults["forbidden"]) == (IDIOM_REQUIRED_LENSES, IDIOM_FORBIDDEN_LENSES)
+
+
+def test_the_listings_text_states_the_declared_facts():
+    """prompts/*.txt are the paper's listings verbatim (hashed into the journal keys), so they cannot
+    read the constants: they are checked against them instead."""
+    from lenses_data.annotation.prompts import TEMPLATE_OF_KIND
+    from lenses_data.config.annotate import IDIOM_TARGET_SHARE, LISTING_WORDS
+    from tests.source_facts import REPO_ROOT
+
+    for kind, (low, high) in LISTING_WORDS.items():
+        text = (REPO_ROOT / "prompts" / f"{TEMPLATE_OF_KIND[kind]}.txt").read_text()
+        assert f"{low}-{high} words" in text, kind
+        assert f"{round(IDIOM_TARGET_SHARE * 100)} percent" in text, kind
+
+
+PAPER_DECLARED = "lenses_data/config/paper.py"
+
+
+def test_table_1_counts_are_written_once():
+    """Every count of the paper's Table 1 (images, captions, captions per lens, by split) is written
+    in config/paper.py only; the split's production sizes and the simulator derive from it."""
+    from lenses_data.config.dedupe import PRODUCTION_SPLIT, TABLE1_IMAGES
+    from lenses_data.config.paper import TABLE1
+    from tests.source_facts import number_constants
+
+    counts = {count for row in TABLE1.values() for count in row.values()}
+    written = {
+        str(w) for count in counts for w in number_constants(count, PIPELINE) if w.path != PAPER_DECLARED
+    }
+    assert written == set()
+    assert PRODUCTION_SPLIT.sizes(TABLE1_IMAGES) == (TABLE1["valid"]["images"], TABLE1["test"]["images"])
+
+
+def test_the_filters_pass_share_is_the_papers_and_written_once():
+    """001 Sec. 3.1 states "approximately 10% of candidates pass" and 105,669 images; the candidate
+    count is derived from the two (no paper states it). The yield band, the plan's paper funnel and the
+    filter's `paper_pass_rate` read `FILTER_PASS_SHARE`; 10.6% (105,669 of an assumed 1,000,000) is gone."""
+    from lenses_data.config.paper import FILTER_PASS_SHARE, PAPER
+    from lenses_data.config.yields import FILTER_MAX_REJECTED
+    from tests.source_facts import number_constants
+
+    assert FILTER_PASS_SHARE == 0.10 and PAPER["images"] / PAPER["candidates"] == pytest.approx(
+        FILTER_PASS_SHARE
+    )
+    assert FILTER_MAX_REJECTED == round(1 - FILTER_PASS_SHARE / 5, 3)
+    readers = ("lenses_data/stages", "lenses_data/config", "lenses_data/plan", "lenses_data/publish")
+    written = [w.path for w in number_constants(FILTER_PASS_SHARE, readers) if w.path != PAPER_DECLARED]
+    assert written == ["lenses_data/config/simulator.py"]  # its text_edit_rate, an assumption of its own
+
+
+MODELS_DECLARED = "lenses_data/config/models.py"
+
+
+def test_model_ids_are_written_once():
+    """The served models' ids (InternVL3.5-38B in both formats, Qwen2.5-32B-Instruct) are constants of
+    config/models.py; the roles' defaults and the simulator's model list read them."""
+    from lenses_data.config.models import INTERNVL, INTERNVL_HF, QWEN
+    from lenses_data.simulator.simulator import SimConfig
+
+    ids = {INTERNVL, INTERNVL_HF, QWEN}
+    assert [str(w) for w in string_constants() if w.values[0] in ids and w.path != MODELS_DECLARED] == []
+    assert tuple(SimConfig().models) == (INTERNVL, QWEN)
+
+
+METRIC_KEYS_DECLARED = "training/evaluation/metrics/keys.py"
+
+
+def test_metric_keys_are_written_once():
+    """ "LC@10", "RSUM", "mAP@R", ...: named in training/evaluation/metrics/keys.py only; the metrics
+    that compute them, the runs, the tables and the summary line import the names."""
+    from tests.source_facts import string_constants as constants
+    from training.evaluation.metrics import keys
+
+    names = {v for k, v in vars(keys).items() if k.isupper() and isinstance(v, str)}
+    assert {"LC@10", "All@10", "RSUM", "mAP@R"} <= names
+    written = [
+        str(w) for w in constants(("training",)) if w.values[0] in names and w.path != METRIC_KEYS_DECLARED
+    ]
+    assert written == []

@@ -29,11 +29,14 @@ from lenses_data.resources import resource_dir
 # The template that generates each text kind (Listing 2: image-side prompts; Listing 3: captions),
 # written here only. Its name also names the phrase-bank listing that governs the kind.
 TEMPLATE_OF_KIND: dict[str, str] = {"prompt": "image_side_prompts", "caption": "captions"}
+FILTER_TEMPLATE = "filter"  # Listing 1
+TEXT_VALIDATION = "text_validation"  # Listing 4
+VISUAL_VALIDATION = "visual_validation"  # Listing 5: may "remove or soften" fragments and idioms
 TEMPLATE_NAMES: tuple[str, ...] = (
-    "filter",
+    FILTER_TEMPLATE,
     *TEMPLATE_OF_KIND.values(),
-    "text_validation",
-    "visual_validation",
+    TEXT_VALIDATION,
+    VISUAL_VALIDATION,
 )
 HASH_CHARS = 16
 _PLACEHOLDER = re.compile(r"\{\{\s*([a-z_]+)(?::([a-z_]+))?\s*\}\}")

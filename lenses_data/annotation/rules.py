@@ -21,7 +21,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from lenses_data.annotation.phrase_bank import IdiomMatch, PhraseBank, stem
-from lenses_data.annotation.prompts import TEMPLATE_OF_KIND
+from lenses_data.annotation.prompts import TEMPLATE_OF_KIND, VISUAL_VALIDATION
+from lenses_data.annotation.prompts import (
+    TEXT_VALIDATION as TEXT_VALIDATION,  # read as rules.TEXT_VALIDATION too
+)
+from lenses_data.config.annotate import IDIOM_FORBIDDEN_LENSES, IDIOM_REQUIRED_LENSES
 from lenses_data.schemas import LENS_NAMES
 
 # Reason codes
@@ -70,9 +74,8 @@ IDIOM_STRENGTH = {
     ("caption", FIGURATIVE_MISSING_IDIOM): "MUST",
     ("caption", FORBIDDEN_IDIOM): "SHOULD NOT",
 }
-# Who wrote the text a check runs on: the generator (None), or a validator's edit (its template).
-TEXT_VALIDATION = "text_validation"  # Listing 4
-VISUAL_VALIDATION = "visual_validation"  # Listing 5: may "remove or soften" fragments and idioms
+# Who wrote the text a check runs on: the generator (None), or a validator's edit (its template,
+# TEXT_VALIDATION or VISUAL_VALIDATION, named in prompts.py).
 
 _WORD = re.compile(r"[A-Za-z0-9]+(?:['\u2019\-][A-Za-z0-9]+)*")
 _LABEL_WORDS = "caption|prompt|focus|category|text|output|answer|" + "|".join(n.lower() for n in LENS_NAMES)
@@ -249,8 +252,8 @@ def text_violations(
     high: int,
     self_references: Iterable[str],
     bank: PhraseBank,
-    required: Iterable[str] = ("Figurative",),
-    forbidden: Iterable[str] = ("Literal", "Background"),
+    required: Iterable[str] = IDIOM_REQUIRED_LENSES,
+    forbidden: Iterable[str] = IDIOM_FORBIDDEN_LENSES,
 ) -> list[Violation]:
     """Every per-text rule; an empty list means the text passes."""
     if not text or not text.strip():

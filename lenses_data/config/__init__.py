@@ -4,8 +4,9 @@ Sections live in their own modules (ingest, dedupe, models, annotate, export); t
 One precedence, lowest first (`resolve_config`): the built-in defaults, the YAML file, the
 `LENSES__<SECTION>__<FIELD>=value` environment (values parsed as YAML scalars, e.g.
 `LENSES__DEDUPE__HAMMING_RADIUS=6` or `LENSES__SHARD_SIZE=500`), then explicit overrides (a flow's
-`overrides` and `run_dir` parameters, a command's flags). Every model is frozen: a changed setting is
-a new config (`model_copy(update=...)`), so what a run checked is what its stages use.
+`overrides` and `run_dir` parameters, a command's flags). Every model is frozen, all the way down
+(`config/frozen.py`: lists are tuples, dicts `FrozenDict`s): a changed setting is a new config
+(`model_copy(update=...)`), so what a run checked is what its stages use.
 """
 
 from __future__ import annotations
@@ -16,17 +17,18 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from lenses_data.config.annotate import AnnotateConfig
 from lenses_data.config.dedupe import DedupeConfig, SplitConfig
 from lenses_data.config.export import ExportConfig
+from lenses_data.config.frozen import FrozenModel
 from lenses_data.config.ingest import IngestConfig
-from lenses_data.config.merge import deep_merge
 from lenses_data.config.models import ModelsConfig
 from lenses_data.config.orchestration import OrchestrationConfig
 from lenses_data.config.simulator import SimulatorSettings
 from lenses_data.config.yields import YieldsConfig
+from lenses_data.merge import deep_merge
 
 ENV_PREFIX = "LENSES__"
 
@@ -35,9 +37,7 @@ class ConfigError(ValueError):
     """A configuration problem, worded for the person who wrote the file."""
 
 
-class PipelineConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class PipelineConfig(FrozenModel):
     run_dir: str = Field("runs/sample", description="Run directory: one folder per stage")
     shard_size: int = Field(
         2000, ge=1, description="Images per shard: the unit of work, resume and parallelism"

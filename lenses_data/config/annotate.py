@@ -12,7 +12,21 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from lenses_data.config.frozen import FrozenModel
+from lenses_data.schemas import Lens
+
+# The facts of Listings 2-3, written here only (the rules, the simulator, the sample requests and the
+# card read them; the listings' own text in prompts/ is checked against them by tests/test_facts_once.py).
+# Words a text may have, per kind: Listing 2 (prompts) 10-28, Listing 3 (captions) 8-22.
+LISTING_WORDS: dict[str, tuple[int, int]] = {"prompt": (10, 28), "caption": (8, 22)}
+# "about 40 percent of prompts for this image contain PHRASE_BANK idioms" (rounded up).
+IDIOM_TARGET_SHARE = 0.4
+# A Figurative text MUST carry a bank idiom; Literal and Background texts MUST NOT (prompts) /
+# SHOULD NOT (captions).
+IDIOM_REQUIRED_LENSES: tuple[str, ...] = (Lens.FIGURATIVE.value,)
+IDIOM_FORBIDDEN_LENSES: tuple[str, ...] = (Lens.LITERAL.value, Lens.BACKGROUND.value)
 
 DEFAULT_SELF_REFERENCES = [
     "this image",
@@ -34,9 +48,7 @@ DEFAULT_SELF_REFERENCES = [
 ]
 
 
-class WordRange(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class WordRange(FrozenModel):
     min: int = Field(ge=1)
     max: int = Field(ge=1)
 
@@ -46,33 +58,40 @@ class WordRange(BaseModel):
             raise ValueError(f"min ({self.min}) is above max ({self.max})")
         return self
 
+    @classmethod
+    def of(cls, kind: str) -> WordRange:
+        """The listing's range for a text kind ("prompt" or "caption")."""
+        low, high = LISTING_WORDS[kind]
+        return cls(min=low, max=high)
 
-class AnnotateConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
+class AnnotateConfig(FrozenModel):
     # Generation (Listings 2 and 3)
-    kinds: list[Literal["prompt", "caption"]] = Field(
-        default_factory=lambda: ["prompt", "caption"], description="Which text kinds to generate"
+    kinds: tuple[Literal["prompt", "caption"], ...] = Field(
+        ("prompt", "caption"), description="Which text kinds to generate"
     )
     candidates_per_image: int = Field(1, ge=1, le=16, description="Independent answers per image and kind")
     seed: int = Field(0, description="Base sampling seed; candidate c uses seed + c")
     max_items_per_answer: int = Field(40, ge=1, description="Answers with more items are rejected")
 
     # Rule checks
-    prompt_words: WordRange = Field(default_factory=lambda: WordRange(min=10, max=28))
-    caption_words: WordRange = Field(default_factory=lambda: WordRange(min=8, max=22))
+    prompt_words: WordRange = Field(default_factory=lambda: WordRange.of("prompt"))
+    caption_words: WordRange = Field(default_factory=lambda: WordRange.of("caption"))
     word_limits: Literal["flag", "reject"] = Field(
         "flag",
         description="flag: a text outside prompt_words/caption_words is kept with word_count_low/high in "
         "its flags (the paper published 2 of its 59 texts outside Listings 2-3's ranges); reject: it is "
         "rejected with that reason. The generator's prompt asks for the range either way",
     )
-    self_references: list[str] = Field(
-        default_factory=lambda: list(DEFAULT_SELF_REFERENCES),
+    self_references: tuple[str, ...] = Field(
+        tuple(DEFAULT_SELF_REFERENCES),
         description="Phrases that make a text not self-contained (matched as whole words, any case)",
     )
     idiom_target_share: float = Field(
-        0.4, ge=0, le=1, description="Target idiomatic share per image (reported, never enforced)"
+        IDIOM_TARGET_SHARE,
+        ge=0,
+        le=1,
+        description="Target idiomatic share per image (reported, never enforced)",
     )
     idiom_rules: Literal["flag", "strict"] = Field(
         "flag",
@@ -80,8 +99,8 @@ class AnnotateConfig(BaseModel):
         "(the paper's published texts carry no phrase-bank idiom); strict: their MUST/MUST NOT reject "
         "(Figurative without an idiom; Literal/Background prompts with one), SHOULD NOT stays a flag",
     )
-    idiom_required_lenses: list[str] = Field(default_factory=lambda: ["Figurative"])
-    idiom_forbidden_lenses: list[str] = Field(default_factory=lambda: ["Literal", "Background"])
+    idiom_required_lenses: tuple[str, ...] = IDIOM_REQUIRED_LENSES
+    idiom_forbidden_lenses: tuple[str, ...] = IDIOM_FORBIDDEN_LENSES
     ngram_n: int = Field(1, ge=1, le=4, description="n of the n-gram overlap check")
     max_ngram_similarity: float = Field(
         0.3,
@@ -108,8 +127,8 @@ class AnnotateConfig(BaseModel):
         description="Run the per-text rule checks again on validator edits; an edit Listing 5 allows "
         "(removing a fragment or an idiom) is never rejected by it",
     )
-    visual_validation_splits: list[Literal["train", "valid", "test"]] = Field(
-        default_factory=lambda: ["test"], description="Splits that get the image-grounded check (paper: test)"
+    visual_validation_splits: tuple[Literal["train", "valid", "test"], ...] = Field(
+        ("test",), description="Splits that get the image-grounded check (paper: test)"
     )
 
     def words(self, kind: str) -> WordRange:

@@ -10,21 +10,22 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from lenses_data.config.frozen import FrozenModel
+from lenses_data.config.paper import TABLE1
 
 # Table 1 of the paper: 105,669 images, valid 1,100, test 5,500 (train 99,069).
-TABLE1_IMAGES = 105_669
-TABLE1_VALID = 1_100
-TABLE1_TEST = 5_500
+TABLE1_IMAGES = TABLE1["total"]["images"]
+TABLE1_VALID = TABLE1["valid"]["images"]
+TABLE1_TEST = TABLE1["test"]["images"]
 # Default CLIP batch sizes: a GPU needs large batches to be busy (256: ~1,800 images/s for ViT-L-14
 # in bf16 on an H100 or H200, issue 31); the CPU keeps the old 64.
 CLIP_BATCH_CUDA = 256
 CLIP_BATCH_CPU = 64
 
 
-class DedupeConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class DedupeConfig(FrozenModel):
     hash_kind: Literal["phash", "dhash", "whash"] = Field("phash", description="imagehash function")
     hamming_radius: int = Field(
         8, ge=0, le=24, description="Max Hamming distance (bits of 64) for a removal pair (calibrated)"
@@ -116,9 +117,7 @@ class DedupeConfig(BaseModel):
         return self.hamming_radius if self.leakage_hamming_radius is None else self.leakage_hamming_radius
 
 
-class SplitConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class SplitConfig(FrozenModel):
     valid: float = Field(
         0.01041, ge=0, description="Fraction (<1) or count (>=1) of images for valid; 0.01041*105669 = 1100"
     )

@@ -8,12 +8,12 @@ By default the images table holds paths on the build machine (small, but only us
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from lenses_data.config.frozen import FrozenModel
 
 
-class ExportConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class ExportConfig(FrozenModel):
     embed_images: bool = Field(
         False, description="Write the image bytes into the Hugging Face images config (hf/images/)"
     )

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from lenses_data.config.frozen import FrozenModel
 
 
-class IngestConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    sources: list[str] = Field(
-        default_factory=list,
+class IngestConfig(FrozenModel):
+    sources: tuple[str, ...] = Field(
+        (),
         description="Image folders, TSV/CSV, Parquet, .tar shards, WikiArt roots (used when the CLI gives none); "
         "a prefix `folder:`, `tsv:`, `parquet:`, `webdataset:` or `wikiart:` forces the kind",
     )
@@ -26,13 +26,13 @@ class IngestConfig(BaseModel):
     )
     allow_private_hosts: bool = Field(False, description="Allow URLs resolving to private/loopback addresses")
     user_agent: str = Field("lenses-data-ingest/0.1", description="User-Agent header of downloads")
-    allowed_formats: list[str] = Field(
-        default_factory=lambda: ["JPEG", "PNG", "GIF", "WEBP", "BMP", "TIFF"],
+    allowed_formats: tuple[str, ...] = Field(
+        ("JPEG", "PNG", "GIF", "WEBP", "BMP", "TIFF"),
         description="Pillow formats tried when opening a file (content-detected; others are not_an_image; "
         "JPEG includes multi-picture MPO files)",
     )
-    folder_skip_suffixes: list[str] = Field(
-        default_factory=lambda: [".tsv", ".csv", ".json", ".parquet", ".tar", ".md"],
+    folder_skip_suffixes: tuple[str, ...] = Field(
+        (".tsv", ".csv", ".json", ".parquet", ".tar", ".md"),
         description="Files in image folders with these suffixes are metadata, not candidates (counted, not read)",
     )
     workers: int = Field(2, ge=1, description="Decode processes (1 = decode in the calling process)")

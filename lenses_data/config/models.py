@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from lenses_data.config.merge import deep_merge
+from lenses_data.config.frozen import FrozenModel
 from lenses_data.config.roles import ROLES
+from lenses_data.merge import deep_merge
 
 INTERNVL = "OpenGVLab/InternVL3_5-38B"
 QWEN = "Qwen/Qwen2.5-32B-Instruct"
@@ -34,8 +35,8 @@ INTERNVL_HF_IMAGE_PLACEHOLDER = "<IMG_CONTEXT>"
 INTERNVL_HF_ONE_TILE: dict[str, Any] = {"max_patches": 1}
 
 
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class Section(FrozenModel):
+    """A section of the models config: frozen all the way down, like every config model."""
 
 
 class SamplingConfig(Section):
@@ -79,14 +80,14 @@ class ServeConfig(Section):
         "named as the release names it): no answer of newlines up to max_tokens. Compact (`,` `:`) from "
         "vLLM 0.32; on 0.10.x the grammar forces json.dumps' `, ` and `: ` instead (dialect.json_layout)",
     )
-    extra_args: list[str] = Field(default_factory=list)
+    extra_args: tuple[str, ...] = ()
 
 
 class RoleConfig(Section):
     """One model role: where it is served, which model, how to sample, how hard to push it."""
 
     model: str
-    base_urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:8000/v1"], min_length=1)
+    base_urls: tuple[str, ...] = Field(("http://127.0.0.1:8000/v1",), min_length=1)
     api_key_env: str | None = Field(default=None, description="Name of the env var holding the API key")
     api_key_secret: str | None = Field(default=None, description="Prefect Secret block name with the key")
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)

@@ -14,13 +14,13 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from lenses_data.config.frozen import FrozenModel
 
 
-class StageOrchestration(BaseModel):
+class StageOrchestration(FrozenModel):
     """One stage's own values; an unset field is the global one (`orchestration.<field>`)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     task_retries: int | None = Field(None, ge=0, description="Prefect retries of this stage's shard tasks")
     retry_delay_s: float | None = Field(None, ge=0)
@@ -36,9 +36,7 @@ class StageOrchestration(BaseModel):
     )
 
 
-class OrchestrationConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class OrchestrationConfig(FrozenModel):
     task_runner: Literal["thread", "dask", "ray"] = Field(
         "thread", description="thread: one machine; dask/ray: needs prefect-dask / prefect-ray installed"
     )

@@ -27,48 +27,17 @@ Where each default comes from (001 = main paper, 000 = supplementary, in shared/
   rates; the text-validation rates below are this project's assumptions. Visual validation (test
   split only) can have removed little: Table 1's test split keeps 6.96 captions per image against
   train's 6.93, so its discard rate is set to 1% (about the standard error of that density).
-- Filter: 001 Sec. 3.1, "approximately 10% of candidates pass". The default `yes_rate` stays 0.3
-  and the sample config uses 0.85 so a small pool leaves later stages work.
+- Filter: 001 Sec. 3.1, "approximately 10% of candidates pass" (`FILTER_PASS_SHARE`,
+  lenses_data/config/paper.py). The default `yes_rate` stays 0.3 and the sample config uses 0.85
+  so a small pool leaves later stages work.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from lenses_data.schemas import LENS_NAMES
-
-# 001 Table 1: images, captions and captions per lens, by split.
-TABLE1: dict[str, dict[str, int]] = {
-    "train": {"images": 99_069, "captions": 686_469, "Literal": 137_034, "Figurative": 161_126,
-              "Abstract": 148_652, "Background": 112_111, "Emotional": 127_546},
-    "valid": {"images": 1_100, "captions": 7_677, "Literal": 1_526, "Figurative": 1_799,
-              "Abstract": 1_654, "Background": 1_269, "Emotional": 1_429},
-    "test": {"images": 5_500, "captions": 38_259, "Literal": 7_613, "Figurative": 8_950,
-             "Abstract": 8_262, "Background": 6_306, "Emotional": 7_128},
-    "total": {"images": 105_669, "captions": 732_405, "Literal": 146_173, "Figurative": 171_875,
-              "Abstract": 158_568, "Background": 119_686, "Emotional": 136_103},
-}  # fmt: skip
-
-# Main paper, Table 1 and Sec. 3.1: ~10% of ~1M candidates pass the filter -> 105,669 images,
-# split 99,069 / 1,100 / 5,500, with 732,405 captions (the plan's "paper" yields, the yield bands).
-PAPER = {
-    "candidates": 1_000_000,
-    "images": TABLE1["total"]["images"],
-    "test_images": TABLE1["test"]["images"],
-    "captions": TABLE1["total"]["captions"],
-}
-
-
-def table1_density(split: str = "total") -> float:
-    """Captions per image of a Table 1 split (6.93 over the whole dataset)."""
-    return TABLE1[split]["captions"] / TABLE1[split]["images"]
-
-
-def table1_lens_share(split: str = "total") -> dict[str, float]:
-    """Share of each lens among a Table 1 split's captions."""
-    row = TABLE1[split]
-    return {lens: row[lens] / row["captions"] for lens in LENS_NAMES}
-
+from lenses_data.config.frozen import FrozenModel
+from lenses_data.config.paper import table1_density, table1_lens_share
 
 # Mean words per text by kind and lens, measured on 000 Figs. 5-7 (six examples per lens).
 EXAMPLE_WORDS: dict[str, dict[str, float]] = {
@@ -76,13 +45,10 @@ EXAMPLE_WORDS: dict[str, dict[str, float]] = {
     "prompt": {"Literal": 21.8, "Figurative": 17.2, "Abstract": 19.0, "Background": 18.5, "Emotional": 19.0},
 }
 EXAMPLE_WORDS_SD = {"caption": 3.8, "prompt": 3.3}
-LISTING_WORD_RANGE = {"caption": (8, 22), "prompt": (10, 28)}  # Listing 3 / Listing 2
 
 
-class SimContentSettings(BaseModel):
+class SimContentSettings(FrozenModel):
     """How the simulated models write and validate texts (sources in the module docstring)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     texts_per_image: float = Field(
         table1_density(), gt=0, description="Final texts per image and kind to aim at (Table 1: 6.93)"
@@ -102,10 +68,8 @@ class SimContentSettings(BaseModel):
     visual_edit_rate: float = Field(0.05, ge=0, le=1, description="Listing 5 softening edits (assumption)")
 
 
-class SimServerFaults(BaseModel):
+class SimServerFaults(FrozenModel):
     """What some real OpenAI-compatible servers do to this pipeline's requests; all off by default."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     reject_json_schema: bool = Field(
         False, description="HTTP 500 on any request whose response_format is json_schema"
@@ -128,10 +92,8 @@ class SimServerFaults(BaseModel):
     )
 
 
-class SimulatorSettings(BaseModel):
+class SimulatorSettings(FrozenModel):
     """How the in-process simulator of a dry run answers; ignored by real runs."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     yes_rate: float = Field(0.3, ge=0, le=1, description="Share of YES answers to the image filter")
     seed: int = Field(0, description="Seed of the simulator's deterministic answers")

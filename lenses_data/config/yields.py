@@ -8,7 +8,7 @@ and a build with a stage outside its band ends with exit code 5 and the reasons'
 room for the sampling noise of small builds: `lenses_data.publish.yields`.
 
 Where the defaults come from (001 = main paper, in shared/seeds):
-- filter: 001 Sec. 3.1 and Table 1, about 10.6% of the candidates pass (`PAPER`). Out of band
+- filter: 001 Sec. 3.1 and Table 1, about 10% of the candidates pass (`FILTER_PASS_SHARE`). Out of band
   when fewer than a fifth of that pass: a constraint or parser that turns answers into NO.
 - rules, validate, visual_validate: 001 says failing texts "are either revised or discarded" and
   gives no rate; the project's assumptions are a few percent (`SimContentSettings`: 3% text, 1%
@@ -22,19 +22,18 @@ Where the defaults come from (001 = main paper, in shared/seeds):
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
-from lenses_data.config.simulator import PAPER
+from lenses_data.config.frozen import FrozenModel
+from lenses_data.config.paper import FILTER_PASS_SHARE
 
-# A fifth of the paper's filter pass share (10.6%): the largest share a filter may reject.
-FILTER_MAX_REJECTED = round(1 - PAPER["images"] / PAPER["candidates"] / 5, 3)
+# A fifth of the paper's filter pass share (10%): the largest share a filter may reject.
+FILTER_MAX_REJECTED = round(1 - FILTER_PASS_SHARE / 5, 3)
 TEXT_MAX_REJECTED = 0.25
 
 
-class Band(BaseModel):
+class Band(FrozenModel):
     """The rejection shares a stage may have; None: that side is not judged."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     min_rejected: float | None = Field(None, ge=0, le=1, description="Smallest share it may reject")
     max_rejected: float | None = Field(None, ge=0, le=1, description="Largest share it may reject")
@@ -47,11 +46,11 @@ class Band(BaseModel):
         return self
 
 
-class YieldBands(BaseModel):
+class YieldBands(FrozenModel):
     """One band per stage (the stage's name); a stage without limits is not judged."""
 
     # `validate` is a BaseModel method: the field is `validate_`, read and written as `validate`.
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, serialize_by_alias=True)
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
 
     ingest: Band = Field(default_factory=Band)
     dedupe: Band = Field(default_factory=Band)
@@ -68,9 +67,7 @@ class YieldBands(BaseModel):
         return getattr(self, "validate_" if stage == "validate" else stage, None)
 
 
-class YieldsConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class YieldsConfig(FrozenModel):
     accept: bool = Field(
         False,
         description="Accept a stage whose rejection share left its band: the build reports it and exits "

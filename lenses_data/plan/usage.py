@@ -10,8 +10,8 @@ from typing import Any
 from lenses_data import io
 from lenses_data.annotation.prompts import TEMPLATE_OF_KIND
 from lenses_data.annotation.rules import TEXT_VALIDATION, VISUAL_VALIDATION
+from lenses_data.config.paper import PAPER
 from lenses_data.config.roles import ROLE_OF_STAGE
-from lenses_data.config.simulator import PAPER
 from lenses_data.models.journal import JournalEntry, read_run_journal
 from lenses_data.plan.schemas import Funnel, PlanError, StageStats
 

@@ -15,6 +15,7 @@ import pandas as pd
 import pyarrow as pa
 
 from lenses_data import io
+from lenses_data.config.annotate import IDIOM_TARGET_SHARE
 from lenses_data.publish.card_counts import count_tables, write_counts
 from lenses_data.publish.card_plots import plot_figures
 from lenses_data.publish.card_texts import diversity, flag_table, idiom_tables, idiom_target_line
@@ -56,7 +57,7 @@ def _flags_section(captions: pd.DataFrame, prompts: pd.DataFrame, manifest: dict
 
 
 def _idiom_share(manifest: dict[str, Any]) -> float:
-    return float(manifest.get("config", {}).get("annotate", {}).get("idiom_target_share", 0.4))
+    return float(manifest.get("config", {}).get("annotate", {}).get("idiom_target_share", IDIOM_TARGET_SHARE))
 
 
 def _section(title: str, *blocks: str) -> list[str]:

@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 
 from lenses_data.annotation import rules
 from lenses_data.annotation.phrase_bank import default_phrase_bank
+from lenses_data.config.annotate import IDIOM_TARGET_SHARE
 from lenses_data.schemas import LENS_NAMES
 
 DIVERSITY_SAMPLE = 2000  # images used for the within-image similarity (pairwise, so bounded)
@@ -35,7 +36,9 @@ def idiom_tables(captions: pd.DataFrame, prompts: pd.DataFrame) -> tuple[pd.Data
     return pd.DataFrame(shares), pd.DataFrame(family_rows)
 
 
-def idiom_target_line(captions: pd.DataFrame, prompts: pd.DataFrame, share: float = 0.4) -> str:
+def idiom_target_line(
+    captions: pd.DataFrame, prompts: pd.DataFrame, share: float = IDIOM_TARGET_SHARE
+) -> str:
     """How many images reach the per-image idiom target (Listing 2: 40 percent, rounded up)."""
     parts = []
     for noun, texts in (("captions", captions), ("prompts", prompts)):

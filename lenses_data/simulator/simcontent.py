@@ -14,6 +14,7 @@ import re
 import time
 from typing import Any
 
+from lenses_data.annotation.prompts import FILTER_TEMPLATE, TEXT_VALIDATION, VISUAL_VALIDATION
 from lenses_data.models.parsing import extract_json
 from lenses_data.models.types import SIMULATED_MODEL_PREFIX, SIMULATOR_FINGERPRINT, AnswerError
 from lenses_data.schemas import LENS_NAMES
@@ -281,7 +282,7 @@ def answer_content(body: dict[str, Any], identity: str, config: Any, index: int 
     rng = random.Random(f"{config.seed}|{identity}|{index}")
     choices = request_choices(body)
     listing = simlenses.listing_of(texts)
-    if choices or listing == "filter":
+    if choices or listing == FILTER_TEMPLATE:
         answer = choice_answer(
             choices or ["YES", "NO"], _unit(config.seed, "choice", identity, index), config.yes_rate
         )
@@ -290,9 +291,9 @@ def answer_content(body: dict[str, Any], identity: str, config: Any, index: int 
     schema = request_schema(body)
     kind = simlenses.item_kind(schema) or simlenses.KIND_OF_LISTING.get(listing or "")
     items = input_items(texts[1:]) if len(texts) > 1 else None
-    if listing in ("text_validation", "visual_validation") or (kind and isinstance(items, list)):
+    if listing in (TEXT_VALIDATION, VISUAL_VALIDATION) or (kind and isinstance(items, list)):
         kind = kind or _kind_of_items(items)
-        visual = listing == "visual_validation" or (listing is None and has_image)
+        visual = listing == VISUAL_VALIDATION or (listing is None and has_image)
         answer = simlenses.validate_items(items or [], kind, visual, config.seed, config.content)
         garble = config.server_faults.garble_validator_focus and not visual
         return _garbled_focus(answer) if garble else answer

@@ -19,10 +19,10 @@ from typing import Any
 
 from lenses_data.annotation.prompts import TEMPLATE_OF_KIND
 from lenses_data.annotation.rules import words
+from lenses_data.config.annotate import IDIOM_REQUIRED_LENSES, LISTING_WORDS
 from lenses_data.config.simulator import (
     EXAMPLE_WORDS,
     EXAMPLE_WORDS_SD,
-    LISTING_WORD_RANGE,
     SimContentSettings,
 )
 from lenses_data.schemas import LENS_NAMES
@@ -97,7 +97,7 @@ def lens_counts(rng: random.Random, cfg: SimContentSettings) -> dict[str, int]:
 
 
 def target_words(rng: random.Random, kind: str, lens: str, cfg: SimContentSettings) -> int:
-    low, high = LISTING_WORD_RANGE[kind]
+    low, high = LISTING_WORDS[kind]
     if rng.random() < cfg.word_range_miss_rate:
         return high + rng.randint(1, 2)
     return max(low, min(high, round(rng.gauss(EXAMPLE_WORDS[kind][lens], EXAMPLE_WORDS_SD[kind]))))
@@ -145,7 +145,8 @@ class _Writer:
         return frame
 
     def _idiom(self, lens: str) -> str:
-        rate = {"Figurative": self.cfg.figurative_idiom_rate}.get(lens, self.cfg.optional_idiom_rate)
+        required = lens in IDIOM_REQUIRED_LENSES  # the listings' MUST: Figurative
+        rate = self.cfg.figurative_idiom_rate if required else self.cfg.optional_idiom_rate
         if lens not in st.IDIOM_CORES or self.rng.random() >= rate:
             return ""
         return self.rng.choice(_bank_idioms(TEMPLATE_OF_KIND[self.kind]))
@@ -157,7 +158,7 @@ class _Writer:
         return choice
 
     def _extend(self, clause: str, lens: str, target: int) -> str:
-        low = LISTING_WORD_RANGE[self.kind][0]
+        low = LISTING_WORDS[self.kind][0]
         count = len(words(clause))
         options = [o for o in st.EXTENSIONS[lens] if o not in self.used]
         self.rng.shuffle(options)
@@ -212,7 +213,7 @@ def validate_items(items: list[Any], kind: str, visual: bool, seed: int, cfg: Si
 def edited(text: str, kind: str, visual: bool) -> str:
     """Listing 5 softens by removing a trailing fragment; Listing 4 changes a word."""
     head, sep, _ = text.rpartition(", ")
-    if visual and sep and len(words(head)) >= LISTING_WORD_RANGE[kind][0]:
+    if visual and sep and len(words(head)) >= LISTING_WORDS[kind][0]:
         return head + text[-1] if text[-1] in ".?" else head
     for word, other in st.SYNONYMS.items():
         swapped = re.sub(rf"\b{word}\b", other, text, count=1)

@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from lenses_data.annotation.prompts import TEXT_VALIDATION, VISUAL_VALIDATION
 from lenses_data.annotation.rules import words
 from lenses_data.config.annotate import AnnotateConfig
 from lenses_data.schemas import LENS_NAMES
@@ -112,10 +113,10 @@ def mix_report(frames: StageFrames) -> dict[str, Any]:
             "generated": texts_summary(pick["generated"], len(frames.images)),
             "final": texts_summary(pick["final"], len(frames.images)),
             "rules_kept": len(pick["ruled"]) / max(1, len(pick["generated"])),
-            "text_validation": validator_shares(
+            TEXT_VALIDATION: validator_shares(
                 pick["ruled"], pick["validated"], _of(frames.rejections["validate"], pick["ruled"])
             ),
-            "visual_validation": validator_shares(
+            VISUAL_VALIDATION: validator_shares(
                 visual_in, visual_out, _of(frames.rejections["visual_validate"], visual_in)
             ),
         }

@@ -39,7 +39,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from lenses_data.config.models import STRUCTURED_OUTPUTS_SINCE, version_tuple
+from lenses_data.config.models import INTERNVL, QWEN, STRUCTURED_OUTPUTS_SINCE, version_tuple
 from lenses_data.config.simulator import SimulatorSettings
 from lenses_data.models.types import KEY_HEADER, SIMULATED_MODEL_PREFIX
 from lenses_data.simulator.asgi_thread import free_port, serve_in_thread
@@ -91,9 +91,7 @@ class SimConfig(SimulatorSettings):
         description="Keep the last N request bodies (image data replaced by its size and hash) for "
         "GET /sim/requests; 0 (the default) keeps none, so long benchmarks pay nothing",
     )
-    models: list[str] = Field(
-        default_factory=lambda: ["OpenGVLab/InternVL3_5-38B", "Qwen/Qwen2.5-32B-Instruct"]
-    )
+    models: tuple[str, ...] = (INTERNVL, QWEN)  # the default roles' models
     vllm_version: str | None = Field(
         default=None,
         description="Answer GET /version as this vLLM release and read only the constraint fields it "
@@ -106,7 +104,7 @@ class SimConfig(SimulatorSettings):
         description="Served context: listed per model in /v1/models, and a request whose prompt (words) "
         "plus max_tokens exceeds it is refused with HTTP 400, as vLLM refuses it; None: unlimited, unlisted",
     )
-    scripted: dict[str, list[str]] = Field(
+    scripted: dict[str, tuple[str, ...]] = Field(
         default_factory=dict,
         description="For tests: request key (the key header) -> its answers by attempt, the last repeated; "
         "a scripted request gets exactly these answers and no fault",

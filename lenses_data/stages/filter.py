@@ -16,9 +16,10 @@ import pandas as pd
 
 from lenses_data import io
 from lenses_data.annotation.answers import FILTER_CHOICES, parse_filter_answer
-from lenses_data.annotation.prompts import get_template
+from lenses_data.annotation.prompts import FILTER_TEMPLATE, get_template
 from lenses_data.annotation.rejection_rows import failed_result_rejection, rejection
 from lenses_data.config import PipelineConfig
+from lenses_data.config.paper import FILTER_PASS_SHARE
 from lenses_data.config.roles import ROLE_OF_STAGE, role_settings
 from lenses_data.models.types import AnswerClient, ModelRequest
 from lenses_data.schemas import CandidateImage, DedupeRecord, FilterDecision
@@ -27,7 +28,7 @@ from lenses_data.stages.annotation_base import AnnotationStage
 
 STAGE = "filter"
 ROLE = ROLE_OF_STAGE[STAGE]
-TEMPLATE = "filter"
+TEMPLATE = FILTER_TEMPLATE
 REJECT_NO = "filter_no"
 
 
@@ -121,5 +122,5 @@ class FilterStage(AnnotationStage):
             "decided": decided,
             "passed": passed,
             "pass_rate": round(passed / decided, 4) if decided else None,
-            "paper_pass_rate": 0.10,
+            "paper_pass_rate": FILTER_PASS_SHARE,
         }

@@ -13,8 +13,9 @@ import math
 from typing import Any
 
 from lenses_data.config import PipelineConfig
+from lenses_data.config.annotate import LISTING_WORDS
+from lenses_data.config.paper import table1_density
 from lenses_data.config.roles import ROLES
-from lenses_data.config.simulator import LISTING_WORD_RANGE, table1_density
 from lenses_data.models.types import ModelRequest
 from lenses_data.schemas import LENS_NAMES
 from lenses_data.stages.filter import FilterStage
@@ -31,7 +32,7 @@ def texts_per_batch(config: PipelineConfig) -> int:
 
 
 def _rows(kind: str, count: int) -> list[dict[str, Any]]:
-    words = LISTING_WORD_RANGE[kind][1]  # as long as the listing allows
+    words = LISTING_WORDS[kind][1]  # as long as the listing allows
     text = " ".join(["lighthouse"] * (words - 1) + ["dusk."])
     return [
         {

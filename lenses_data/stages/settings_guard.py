@@ -21,6 +21,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from pydantic_core import to_jsonable_python
+
 from lenses_data import io
 from lenses_data.config import ConfigError, PipelineConfig
 from lenses_data.stages.protocol import declared_output_settings
@@ -53,7 +55,9 @@ def _value(config: PipelineConfig, path: str) -> Any:
     node: Any = config
     for part in path.split("."):
         node = getattr(node, part)
-    return node.model_dump(mode="json") if hasattr(node, "model_dump") else node
+    if hasattr(node, "model_dump"):
+        return node.model_dump(mode="json")
+    return to_jsonable_python(node)  # a frozen config's tuples are lists here, as in _SETTINGS.json
 
 
 def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:

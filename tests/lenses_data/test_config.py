@@ -144,3 +144,64 @@ def test_a_resolved_config_is_immutable():
         config.annotate.caption_words.max = 30
     changed = config.model_copy(update={"run_dir": "elsewhere"})  # a change is a new config
     assert (changed.run_dir, config.run_dir) == ("elsewhere", PipelineConfig().run_dir)
+
+
+def _mutable_values(value, where: str = "config"):
+    """Every list, dict or set reachable from `value` that is not frozen (a FrozenDict is)."""
+    from pydantic import BaseModel
+
+    from lenses_data.config.frozen import FrozenDict
+
+    if isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            yield from _mutable_values(getattr(value, name), f"{where}.{name}")
+    elif isinstance(value, dict):
+        if type(value) is not FrozenDict:
+            yield where
+        for key, item in value.items():
+            yield from _mutable_values(item, f"{where}[{key!r}]")
+    elif isinstance(value, list | set | bytearray):
+        yield where
+    elif isinstance(value, tuple):
+        for i, item in enumerate(value):
+            yield from _mutable_values(item, f"{where}[{i}]")
+
+
+def test_a_resolved_config_is_frozen_all_the_way_down(tmp_path):
+    """Lists and dicts too, from the defaults, the file and the overrides: the cache shares the object
+    across the process, so `base_urls.append(...)` must raise, not change every stage's config."""
+    import copy
+    import pickle
+
+    import yaml
+
+    from lenses_data.config import resolve_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "models:\n  filter:\n    base_urls: [http://a:1/v1, http://b:2/v1]\n"
+        "    sampling: {extra: {top_k: 5, stop: [x, y]}}\n"
+        "orchestration: {runner_options: {n_workers: 2}}\n"
+    )
+    config = resolve_config(path, {"ingest": {"sources": ["a", "b"]}}, environ={})
+    assert list(_mutable_values(config)) == []
+    urls = config.models.filter.base_urls
+    assert urls == ("http://a:1/v1", "http://b:2/v1")
+    with pytest.raises(AttributeError):
+        urls.append("http://c:3/v1")
+    with pytest.raises(TypeError, match="frozen"):
+        config.models.filter.sampling.extra["top_k"] = 6
+    with pytest.raises(TypeError, match="frozen"):
+        config.orchestration.runner_options.update(n_workers=3)
+    assert config.models.filter.sampling.extra["stop"] == ("x", "y")
+    # A change is a new config, frozen too; serialised it is lists and dicts again.
+    changed = config.model_copy(update={"ingest": config.ingest.model_copy(update={"sources": ["c"]})})
+    assert changed.ingest.sources == ("c",) and list(_mutable_values(changed)) == []
+    moved = config.models.with_role("filter", base_urls=["http://d:4/v1"])
+    assert moved.filter.base_urls == ("http://d:4/v1",)
+    dumped = config.model_dump()
+    assert type(dumped["models"]["filter"]["base_urls"]) is tuple  # python mode keeps tuples
+    text = yaml.safe_dump(config.model_dump(mode="json"))
+    assert "- http://a:1/v1" in text and PipelineConfig.model_validate(yaml.safe_load(text)) == config
+    for copied in (pickle.loads(pickle.dumps(config)), copy.deepcopy(config)):
+        assert copied == config and list(_mutable_values(copied)) == []

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.import_graph import find_cycle, import_graph, imports_of_packages, package_graph
+from tests.import_graph import find_cycle, import_graph, imports_of_packages, package_cycles, package_graph
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ROOT = REPO_ROOT / "lenses_data"
@@ -64,6 +64,14 @@ def test_lenses_data_modules_have_no_import_cycle():
 def test_lenses_data_packages_have_no_import_cycle():
     cycle = find_cycle(layer_graph())
     assert cycle is None, f"package cycle: {' -> '.join(cycle)}"
+
+
+def test_no_import_cycle_between_packages_at_any_depth():
+    """Every package's children (sub-packages and modules), at every nesting level, import one
+    another without a cycle: lenses_data/ and the application layers above it."""
+    for top in ("lenses_data", "lenses_app", "flows"):
+        graph = import_graph(REPO_ROOT / top)
+        assert package_cycles(graph) == {}, top
 
 
 def test_no_import_points_up_the_order_of_use():

@@ -154,9 +154,10 @@ def test_plan_scales_linearly(real_run: Path) -> None:
 
 def test_paper_yields_and_answers_per_image(real_run: Path) -> None:
     table = _table()
-    plan = build_plan(real_run, candidates=1_000_000, yields="paper", table=table, answers_per_image=4)
+    candidates = PAPER["candidates"]  # 105,669 images at the paper's 10% pass share
+    plan = build_plan(real_run, candidates=candidates, yields="paper", table=table, answers_per_image=4)
     funnel = plan.target_funnel
-    assert funnel.filter_images == 1_000_000
+    assert funnel.filter_images == candidates
     assert funnel.selected_images == pytest.approx(PAPER["images"])
     assert funnel.test_images == pytest.approx(PAPER["test_images"])
     got = {s.stage: s for s in plan.stages}
@@ -164,7 +165,9 @@ def test_paper_yields_and_answers_per_image(real_run: Path) -> None:
     assert got["generate"].requests == pytest.approx(PAPER["images"] * 2 * 4)
     assert got["validate"].requests == pytest.approx(PAPER["images"] * 2)
     # Twice the answers: twice the validation decode, the same image work in visual validation.
-    two = {s.stage: s for s in build_plan(real_run, candidates=1e6, yields="paper", table=table).stages}
+    two = {
+        s.stage: s for s in build_plan(real_run, candidates=candidates, yields="paper", table=table).stages
+    }
     answered = {n: p["validate"].decode_tokens + p["validate"].requests for n, p in ((4, got), (2, two))}
     assert answered[4] == pytest.approx(2 * answered[2])
     assert got["visual_validate"].encoded_tiles == pytest.approx(two["visual_validate"].encoded_tiles)

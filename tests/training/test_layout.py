@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.import_graph import find_cycle, import_graph, longest_chain, package_graph
+from tests.import_graph import find_cycle, import_graph, longest_chain, package_cycles, package_graph
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MAX_LINES = 300
@@ -76,6 +76,36 @@ def test_training_subpackages_have_no_import_cycle():
     assert packages["training.retriever"] == set()  # the model imports nothing else from training/
 
 
+def test_a_cycle_between_packages_two_levels_down_is_reported(tmp_path):
+    """pkg.ev.metrics <-> pkg.ev.scoring: no module cycle, no cycle one level below pkg (both sit
+    in pkg.ev), but a cycle between the sub-packages of pkg.ev, which package_cycles reports."""
+    root = _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/ev/__init__.py": "",
+            "pkg/ev/metrics/__init__.py": "",
+            "pkg/ev/metrics/lens.py": "from pkg.ev.scoring.sim import f\n",
+            "pkg/ev/metrics/retrieval.py": "N = 5\n",
+            "pkg/ev/scoring/__init__.py": "",
+            "pkg/ev/scoring/sim.py": "from pkg.ev.metrics.retrieval import N\ndef f(): pass\n",
+        },
+    )
+    graph = import_graph(root)
+    assert find_cycle(graph) is None and find_cycle(package_graph(graph, "pkg")) is None
+    assert package_cycles(graph) == {"pkg.ev": ["pkg.ev.metrics", "pkg.ev.scoring", "pkg.ev.metrics"]}
+    (root / "ev" / "scoring" / "sim.py").write_text("N = 5\ndef f(): pass\n")
+    assert package_cycles(import_graph(root)) == {}
+
+
+def test_training_packages_have_no_import_cycle_at_any_depth():
+    """Between the children of every package at every nesting level (training/evaluation's
+    metrics/scoring and tables/imp/external were such cycles, invisible one level below training/)."""
+    graph = import_graph(REPO_ROOT / "training")
+    assert "training.evaluation.metrics" in graph  # the nested packages were read
+    assert package_cycles(graph) == {}
+
+
 def test_longest_chain_counts_imports_along_the_deepest_path():
     graph = {"a": {"b", "c"}, "b": {"d"}, "c": set(), "d": {"e"}, "e": set(), "f": {"a"}}
     assert longest_chain(graph) == ["f", "a", "b", "d", "e"]
@@ -119,3 +149,31 @@ def test_evaluation_tables_reach_no_run():
 def test_training_files_stay_small(path):
     n = len(path.read_text().splitlines())
     assert n <= MAX_LINES, f"{path.relative_to(REPO_ROOT)} has {n} lines (split it)"
+
+
+def test_the_retrievers_config_imports_no_pipeline_config():
+    """`training.retriever.config` merges its YAML with `lenses_data.merge` (imports nothing) and reads
+    the lens inventory from `lenses_data.schemas`: importing it loads no part of `lenses_data.config`
+    (yields, simulator settings, model roles), which it pulled in while deep_merge came through there.
+    A fresh interpreter, so modules other tests loaded do not count."""
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, json; import training.retriever.config; "
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('lenses_data', 'training'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    )
+    loaded = json.loads(out.stdout)
+    assert loaded == [
+        "lenses_data",
+        "lenses_data.merge",
+        "lenses_data.schemas",
+        "training",
+        "training.retriever",
+        "training.retriever.config",
+        "training.retriever.lenses",
+    ]

@@ -8,7 +8,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from lenses_data.config import deep_merge
+from lenses_data.merge import deep_merge
 from training.baselines.clip_finetune_config import ClipFinetuneSection
 from training.evaluation.external_config import ExternalSection, IrflFusionSection
 from training.retriever.config import SMOOTH_CHAMFER_ALPHA, SMOOTH_CHAMFER_DENOMINATOR

@@ -13,7 +13,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from lenses_data.config import deep_merge
+from lenses_data.merge import deep_merge
 from training.retriever.lenses import lens_index
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"  # training/configs

@@ -14,14 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from lenses_data.config.simulator import (
-    EXAMPLE_WORDS,
-    EXAMPLE_WORDS_SD,
-    TABLE1,
-    SimContentSettings,
-    table1_density,
-    table1_lens_share,
-)
+from lenses_data.config.paper import TABLE1, table1_density, table1_lens_share
+from lenses_data.config.simulator import EXAMPLE_WORDS, EXAMPLE_WORDS_SD, SimContentSettings
 from lenses_data.simulator.simreport import mix_report, run_text_stages
 
 IMAGES = 240

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from training.evaluation.scoring.ablations import (
+from training.evaluation.metrics.ablations import (
     no_mask_scores,
     similarity_ablation_scores,
     text_only_retrieval,

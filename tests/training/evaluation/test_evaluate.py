@@ -12,11 +12,12 @@ import torch
 from lenses_data.schemas import LENS_KEYS
 from training.baselines.global_only import global_scores
 from training.evaluation.config import EvalConfig, load_eval_config
+from training.evaluation.evaluate import evaluate_encoded
 from training.evaluation.metrics.lens_slot import lens_slot_metrics
 from training.evaluation.metrics.retrieval import retrieval_metrics
-from training.evaluation.run import MAIN_SYSTEM, evaluate_encoded, write_outputs
+from training.evaluation.run import write_outputs
 from training.evaluation.scoring.similarity import score_lens_slots
-from training.evaluation.types import EncodedSplit
+from training.evaluation.types import MAIN_SYSTEM, EncodedSplit
 
 
 def random_split(seed=0, n_img=12, per_image=4, dim=16, n_slots=6):

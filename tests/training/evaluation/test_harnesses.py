@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from training.evaluation.run import MAIN_SYSTEM
+from training.evaluation.types import MAIN_SYSTEM
 
 from .test_paper_tables import _cells, _line, _train
 
@@ -36,7 +36,7 @@ def _harness_results() -> dict:
     build it was trained on (the main evaluation's numbers) after another build (other numbers)."""
     from training.baselines.global_only import global_scores
     from training.evaluation.config import EvalConfig
-    from training.evaluation.run import evaluate_encoded
+    from training.evaluation.evaluate import evaluate_encoded
     from training.evaluation.systems.swap import _per_system
 
     from .test_evaluate import random_split

@@ -12,9 +12,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from training.evaluation.config import EvalConfig  # noqa: E402
+from training.evaluation.evaluate import evaluate_encoded  # noqa: E402
 from training.evaluation.external.karpathy import karpathy_metrics  # noqa: E402
-from training.evaluation.run import MAIN_SYSTEM, evaluate_encoded  # noqa: E402
 from training.evaluation.tables.paper_tables import paper_tables_markdown, supp_karpathy_table  # noqa: E402
+from training.evaluation.types import MAIN_SYSTEM  # noqa: E402
 from training.external.karpathy import KarpathySet  # noqa: E402
 
 from ..external.test_karpathy import write_coco  # noqa: E402

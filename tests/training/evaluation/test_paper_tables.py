@@ -10,8 +10,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from training.evaluation.config import EvalConfig  # noqa: E402
-from training.evaluation.run import MAIN_SYSTEM, evaluate_encoded  # noqa: E402
+from training.evaluation.evaluate import evaluate_encoded  # noqa: E402
 from training.evaluation.tables.paper_tables import paper_tables_markdown  # noqa: E402
+from training.evaluation.types import MAIN_SYSTEM  # noqa: E402
 
 from .test_evaluate import _write_external, random_split  # noqa: E402
 

@@ -103,11 +103,10 @@ def test_swapped_rows_are_unavailable_without_a_model_to_encode_with():
         generator_swap=[{"row": "Qwen3VL-30B-A3B", "export_dir": "q"}],
     )
     source = {"encodings_dir": "enc", "checkpoint": None}
-    evaluate = None  # never called: nothing can be encoded
-    scaling = swap_results(cfg, BASE, results, source, evaluate, cfg.backbone_scaling, "prompts", False)
+    scaling = swap_results(cfg, BASE, results, source, cfg.backbone_scaling, "prompts", False)
     assert scaling["rows"] == {"InternVL3.5-38B": {MAIN: {"lens_gallery": main}}}
     assert "set checkpoint to encode new inputs" in scaling["unavailable"]["InternVL3.5-4B"]
-    swap = swap_results(cfg, BASE, results, source, evaluate, cfg.generator_swap, "captions", True)
+    swap = swap_results(cfg, BASE, results, source, cfg.generator_swap, "captions", True)
     assert set(swap["unavailable"]) == {"Qwen3VL-30B-A3B", FINE_TUNED}
     tables = "\n".join(harness_tables({**results, "backbone_scaling": scaling, "generator_swap": swap}))
     assert "| InternVL3.5-38B | 40.00 |" in tables  # main Table 6 row from the main evaluation

@@ -14,7 +14,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from lenses_data.config import deep_merge
+from lenses_data.merge import deep_merge
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"  # training/configs
 

@@ -133,7 +133,7 @@ def irfl_extra_systems(
 
 def fusion_grid_markdown(fusion: dict[str, Any], top: int = 10) -> str:
     """Seed 004 Table 2's layout: weight configurations and their validation accuracy, best first."""
-    from training.evaluation.tables.markdown import table
+    from training.evaluation.markdown import table
 
     grid = sorted(fusion.get("grid", []), key=lambda g: -g["valid_accuracy"])[:top]
     header = [*fusion["members"], "valid accuracy (%)"]

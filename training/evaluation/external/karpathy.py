@@ -21,13 +21,14 @@ import numpy as np
 
 from training.evaluation.config import EvalConfig
 from training.evaluation.external_config import KarpathySection
+from training.evaluation.lens_models import LENSES_ALL, lens_models
+from training.evaluation.metrics.keys import RSUM
 from training.evaluation.metrics.retrieval import retrieval_metrics
 from training.evaluation.types import SplitLabels
 from training.external.karpathy import KarpathySet, read_karpathy
 
 log = logging.getLogger(__name__)
 
-LENSES_ALL = "Lenses - All"
 LENSES_LITERAL = "Lenses - Literal"
 MAX_LISTED = 50
 DATASETS = {"coco": "COCO 5k (supp. Table 1)", "flickr30k": "Flickr30K 1k (supp. Table 2)"}
@@ -36,7 +37,7 @@ DATASETS = {"coco": "COCO 5k (supp. Table 1)", "flickr30k": "Flickr30K 1k (supp.
 def karpathy_metrics(sim: Any, ds: KarpathySet, ks: tuple[int, ...] = (1, 5, 10)) -> dict[str, float]:
     """I->T and T->I R@K (any of an image's captions counts), RSUM and ranks of one score matrix."""
     m = retrieval_metrics(sim, ds.caption_image, ds.caption_lens, ks=ks, protocol="full_gallery")
-    return {k: v for k, v in m.items() if k.startswith("all/") or k == "RSUM"}
+    return {k: v for k, v in m.items() if k.startswith("all/") or k == RSUM}
 
 
 def read_prompts(table: str | None, ds: KarpathySet) -> list[list[tuple[str, int]]]:
@@ -105,7 +106,6 @@ def _systems(
     """(row, score matrix) of every system, one at a time: a 5k x 25k matrix is 0.5 GB, so each is
     reduced to its metrics before the next is computed. Rows that cannot run go to `unavailable`."""
     from training.evaluation.scoring.zero_shot import zero_shot_systems
-    from training.evaluation.systems.paper import ARTEMIS_LENSES, _lens_models
 
     for entry in cfg.baselines.zero_shot:
         scores, reasons = zero_shot_systems([entry], ds.image_paths, ds.texts)
@@ -116,11 +116,11 @@ def _systems(
 
         name, bundle = open_clip
         yield name, open_clip_scores(bundle, cfg, ds.image_paths, ds.texts)
-    loaders, reasons = _lens_models(cfg.model_copy(update={"variants": []}), source)
-    if ARTEMIS_LENSES in loaders:
-        yield from _lens_model_scores(loaders[ARTEMIS_LENSES](), ds, prompt_sets, cfg).items()
+    loaders, reasons = lens_models(cfg.model_copy(update={"variants": []}), source)
+    if LENSES_ALL in loaders:
+        yield from _lens_model_scores(loaders[LENSES_ALL](), ds, prompt_sets, cfg).items()
     else:
-        unavailable[LENSES_ALL] = unavailable[LENSES_LITERAL] = reasons[ARTEMIS_LENSES]
+        unavailable[LENSES_ALL] = unavailable[LENSES_LITERAL] = reasons[LENSES_ALL]
 
 
 def karpathy_results(

@@ -110,7 +110,7 @@ def _pm(stats: dict[str, float], digits: int) -> str:
 
 def imp_aggregates_markdown(results: dict) -> list[str]:
     """report.md sections for IMP Tables 2 and 11 (empty when the run has neither)."""
-    from training.evaluation.tables.markdown import table
+    from training.evaluation.markdown import table
 
     parts: list[str] = []
     t2 = results.get("imp_table2")

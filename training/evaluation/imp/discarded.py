@@ -20,7 +20,6 @@ caption); each IMP row says which negatives it got (`negatives_label`).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,22 +27,12 @@ import numpy as np
 import torch
 
 from training.evaluation.config import EvalConfig
-from training.evaluation.imp.metrics import imp_metrics, imp_negatives
+from training.evaluation.imp.by_system import NegativeScores, n_visual
 from training.evaluation.scoring.similarity import all_lens_text_slots, label_text_slots, score_lens_slots
 from training.evaluation.types import MAIN_SYSTEM, DiscardedTexts, EncodedSplit, SplitLabels
 
 log = logging.getLogger(__name__)
 PAIR_CHUNK = 256
-
-
-@dataclass
-class NegativeScores:
-    """The AUPRC negatives of a run: the caption chosen per image, each system's scores of it with
-    its image, and why the other systems fell back to shifted negatives."""
-
-    chosen: DiscardedTexts  # at most one per image
-    scores: dict[str, np.ndarray] = field(default_factory=dict)  # {system: [k]}
-    fell_back: dict[str, str] = field(default_factory=dict)  # {system: reason}
 
 
 def lens_pair_scores(
@@ -70,12 +59,6 @@ def lens_pair_scores(
         )  # fmt: skip
         out[part] = np.diagonal(block)
     return out
-
-
-def _n_visual(validators: list[str]) -> int:
-    from lenses_data.stages.visual_validate import STAGE as VISUAL
-
-    return sum(v == VISUAL for v in validators)
 
 
 def discard_grounds(validator: str) -> str:
@@ -202,7 +185,7 @@ def run_negatives(
     the lens model (`training.evaluation.run.MAIN_SYSTEM`) is scored here. Without `chosen`
     (no imp, or imp.negatives: shifted) the matrices pass through and there are no negatives.
     """
-    from training.evaluation.systems.paper import lens_model_loader
+    from training.evaluation.lens_models import lens_model_loader
 
     systems, pairs = split_negative_columns(systems, len(labels.captions), chosen)
     if chosen is None:
@@ -217,54 +200,6 @@ def run_negatives(
     log.info("IMP negatives: %s; scored by %s", chosen.note, sorted(pairs))
     meta = {"source": chosen.note, "scored_by": sorted(pairs), "fell_back": fell_back,
             "n_images_with_discarded": len(chosen.texts),
-            "n_visual_validator": _n_visual(chosen.validator),
+            "n_visual_validator": n_visual(chosen.validator),
             "table": _write_chosen(chosen, labels, pairs, cfg.out_dir) if chosen.texts else None}  # fmt: skip
     return systems, NegativeScores(chosen, pairs, fell_back), meta
-
-
-def negatives_label(metrics: dict[str, float], fell_back: str | None) -> str:
-    """What an IMP row's AUPRC negatives were, for its table cell."""
-    shifted = int(metrics["n_negatives_shifted"])
-    if metrics["n_negatives_discarded"] == 0:
-        why = fell_back or "no image of the split has a discarded caption"
-        return f"another image's caption (shifted) for all {shifted} images: {why}"
-    visual, text = int(metrics["n_negatives_visual"]), int(metrics["n_negatives_text"])
-    own = f"same image's discarded caption: {visual} visual-, {text} text-validator"
-    return own + (f"; {shifted} shifted (image without one)" if shifted else "")
-
-
-def _validator_counts(caption_image: np.ndarray, negatives: NegativeScores, scored: bool) -> dict[str, float]:
-    """How many of the system's negatives were visual- and text-validator discards."""
-    if not scored:
-        return {"n_negatives_visual": 0.0, "n_negatives_text": 0.0}
-    used = imp_negatives(caption_image, negatives.chosen.image).discarded
-    kinds = [negatives.chosen.validator[i] for i in used[used >= 0]]
-    visual = _n_visual(kinds)
-    return {"n_negatives_visual": float(visual), "n_negatives_text": float(len(kinds) - visual)}
-
-
-def imp_by_system(
-    all_scores: dict[str, Any],
-    caption_image: np.ndarray,
-    difficulty: np.ndarray,
-    ks: tuple[int, ...],
-    negatives: NegativeScores | None,
-) -> dict[str, dict[str, Any]]:
-    """IMP Tables 4-5 of every system's [n_images, n_captions] scores; a system's AUPRC negatives
-    are the chosen discarded captions when it scored them, else shifted. Each entry also says
-    which (`negatives`: a label; `n_negatives_visual`, `n_negatives_text`, `n_negatives_shifted`)."""
-    out = {}
-    for name, sim in all_scores.items():
-        scores = negatives.scores.get(name) if negatives is not None else None
-        image = negatives.chosen.image if scores is not None else None
-        m: dict[str, Any] = imp_metrics(
-            sim, caption_image, difficulty, ks=ks, discarded_image=image, discarded_scores=scores
-        )
-        if negatives is None:
-            m.update({"n_negatives_visual": 0.0, "n_negatives_text": 0.0})
-            m["negatives"] = negatives_label(m, "imp.negatives is shifted")
-        else:
-            m.update(_validator_counts(caption_image, negatives, scores is not None))
-            m["negatives"] = negatives_label(m, negatives.fell_back.get(name))
-        out[name] = m
-    return out

@@ -17,6 +17,7 @@ from typing import Any, Literal
 import numpy as np
 
 from lenses_data.schemas import LENS_KEYS
+from training.evaluation.metrics.keys import MAP_R, RSUM
 from training.evaluation.metrics.ranking import (
     Positives,
     all_positive_ranks,
@@ -29,8 +30,9 @@ from training.evaluation.metrics.ranking import (
     topk_indices,
 )
 from training.evaluation.metrics.topk import DiversityAccumulator, average_precision_at_r
+from training.retriever.lenses import NUM_LENSES
 
-N_LENSES = len(LENS_KEYS)
+N_LENSES = NUM_LENSES  # one lens count: training.retriever.lenses
 RSUM_KS = (1, 5, 10)
 Protocol = Literal["lens_gallery", "full_gallery"]
 DEFAULT_CHUNK_BYTES = 256 * 2**20
@@ -159,7 +161,7 @@ class _LensSweep:
         for direction, ranks in (("i2t", i2t), ("t2i", t2i)):
             for key, val in recall_from_ranks(ranks, ks).items():
                 out[f"all/{direction}/{key}"] = val
-        out["RSUM"] = float(sum(recall_from_ranks(r, RSUM_KS)[f"R@{k}"] for r in (i2t, t2i) for k in RSUM_KS))
+        out[RSUM] = float(sum(recall_from_ranks(r, RSUM_KS)[f"R@{k}"] for r in (i2t, t2i) for k in RSUM_KS))
         for lens, name in enumerate(LENS_KEYS):
             lens_i2t = self.lens_rank[lens][self.lens_rank[lens] > 0]
             for key, val in recall_from_ranks(lens_i2t, ks).items():
@@ -241,7 +243,7 @@ def grouped_retrieval_metrics(
     out = recall_from_ranks(rank, ks)
     out.update(rank_summary(rank))
     out.update(rank_summary(np.concatenate(every) if every else np.zeros(0, np.int64), "_allpos"))
-    out["mAP@R"] = float(np.concatenate(aps).mean() * 100) if aps else float("nan")
+    out[MAP_R] = float(np.concatenate(aps).mean() * 100) if aps else float("nan")
     out["n_queries"] = float(rank.size)
     out["n_skipped"] = float(n_q - rank.size)
     return out

@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from lenses_data.schemas import LENS_KEYS
-from training.evaluation.metrics.retrieval import N_LENSES
 from training.evaluation.scoring.similarity import all_lens_text_slots, text_active
+from training.retriever.lenses import NUM_LENSES as N_LENSES
 
 _PATTERN_WEIGHTS = 2 ** np.arange(N_LENSES)
 

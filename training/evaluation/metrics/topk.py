@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from training.evaluation.metrics.keys import ALL10, CAPTION_DCG10, DIVERSITY_KEYS, LC10, LENS_DCG10, MAP_R
 from training.evaluation.metrics.ranking import topk_indices
 
 DIVERSITY_K = 10
@@ -41,9 +42,7 @@ class DiversityAccumulator:
         self.ci, self.cl = caption_image, caption_lens
         self.n_lenses = (lens_counts > 0).sum(1)
         self.n_pos = lens_counts.sum(1)
-        self.parts: dict[str, list[np.ndarray]] = {
-            k: [] for k in ("LC@10", "All@10", "LensDCG@10", "CaptionDCG@10", "mAP@R")
-        }
+        self.parts: dict[str, list[np.ndarray]] = {k: [] for k in (*DIVERSITY_KEYS, MAP_R)}
 
     def add_block(self, rows: np.ndarray, block: np.ndarray) -> None:
         """rows: global image indices (all with >= 1 caption) of the block's rows, in order."""
@@ -61,11 +60,11 @@ class DiversityAccumulator:
         covered = np.count_nonzero(first_rank, axis=1)
         lens_gain = np.where(first_rank > 0, 1.0 / np.log2(1.0 + np.maximum(first_rank, 1)), 0.0)
         discount = 1.0 / np.log2(np.arange(2, k10 + 2))
-        self.parts["LC@10"].append(covered / n_lenses)
-        self.parts["All@10"].append((covered == n_lenses).astype(float))
-        self.parts["LensDCG@10"].append(lens_gain.sum(1) / ideal_dcg(n_lenses, DIVERSITY_K))
-        self.parts["CaptionDCG@10"].append((hit[:, :k10] * discount).sum(1) / ideal_dcg(n_pos, DIVERSITY_K))
-        self.parts["mAP@R"].append(average_precision_at_r(hit, n_pos))
+        self.parts[LC10].append(covered / n_lenses)
+        self.parts[ALL10].append((covered == n_lenses).astype(float))
+        self.parts[LENS_DCG10].append(lens_gain.sum(1) / ideal_dcg(n_lenses, DIVERSITY_K))
+        self.parts[CAPTION_DCG10].append((hit[:, :k10] * discount).sum(1) / ideal_dcg(n_pos, DIVERSITY_K))
+        self.parts[MAP_R].append(average_precision_at_r(hit, n_pos))
 
     @property
     def n_lens_columns(self) -> int:
@@ -75,6 +74,6 @@ class DiversityAccumulator:
         out = {}
         for key, parts in self.parts.items():
             values = np.concatenate(parts) if parts else np.zeros(0)
-            name = "all/i2t/mAP@R" if key == "mAP@R" else key
+            name = f"all/i2t/{MAP_R}" if key == MAP_R else key
             out[name] = float(values.mean() * 100.0) if values.size else float("nan")
         return out

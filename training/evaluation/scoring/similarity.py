@@ -25,9 +25,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from training.evaluation.metrics.retrieval import N_LENSES
 from training.retriever.config import SMOOTH_CHAMFER_ALPHA, SMOOTH_CHAMFER_DENOMINATOR
 from training.retriever.lenses import INACTIVE
+from training.retriever.lenses import NUM_LENSES as N_LENSES
 from training.retriever.similarity import no_match_floor, smooth_chamfer, with_global_fallback
 
 

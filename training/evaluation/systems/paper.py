@@ -1,14 +1,12 @@
 """Rows of the papers' tables beyond the main evaluation: the ablation lens models (`variants`)
 on the evaluated split, and ArtEmis (main Table 5) with every system that can encode it.
 
-`evaluate` is `training.evaluation.run.evaluate_encoded`, passed in by the caller so that this
-module does not import `run` (which imports this one).
+Variants are scored with `training.evaluation.evaluate.evaluate_encoded`, imported from below.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +14,10 @@ import numpy as np
 import torch
 
 from training.evaluation.config import EvalConfig, VariantSection
-from training.evaluation.inputs import encode_in_process, read_encodings, retriever_from_train_config
+from training.evaluation.evaluate import evaluate_encoded
+from training.evaluation.inputs import encode_in_process, read_encodings
+from training.evaluation.lens_models import LENSES_ALL, checkpoint_bundle, lens_models
+from training.evaluation.metrics.keys import RSUM
 from training.evaluation.metrics.retrieval import retrieval_metrics
 from training.evaluation.scoring.similarity import all_lens_text_slots, score_lens_slots
 from training.evaluation.scoring.zero_shot import (
@@ -28,8 +29,6 @@ from training.evaluation.types import EncodedSplit, SplitLabels
 
 log = logging.getLogger(__name__)
 
-ARTEMIS_LENSES = "Lenses - All"
-ARTEMIS_ROLES = {"lenses_literal": "Lenses - Literal", "lenses_emotional": "Lenses - Emotional"}
 ARTEMIS_FINE_TUNED = "BGE-VL-MLLM (fine-tuned)"
 
 
@@ -43,7 +42,7 @@ def _variant_encodings(v: VariantSection, cfg: EvalConfig, labels: SplitLabels) 
     return read_encodings(enc_dir, labels)
 
 
-def variant_results(cfg: EvalConfig, labels: SplitLabels, evaluate: Callable) -> dict[str, dict[str, Any]]:
+def variant_results(cfg: EvalConfig, labels: SplitLabels) -> dict[str, dict[str, Any]]:
     """{role: {protocol: metrics}} of every configured ablation lens model, scored like the main one."""
     if not cfg.variants:
         return {}
@@ -56,7 +55,7 @@ def variant_results(cfg: EvalConfig, labels: SplitLabels, evaluate: Callable) ->
     )
     out = {}
     for v in cfg.variants:
-        res = evaluate(_variant_encodings(v, cfg, labels), slim, None, None)
+        res = evaluate_encoded(_variant_encodings(v, cfg, labels), slim, None, None)
         out[v.role] = {p: next(iter(systems.values())) for p, systems in res["systems"].items()}
         log.info("variant %s evaluated", v.role)
     return out
@@ -102,52 +101,10 @@ def _lens_scores(bundle, ds, prompt_sets, cfg: EvalConfig) -> np.ndarray:
     )  # fmt: skip
 
 
-def _checkpoint_bundle(checkpoint: str):
-    from training.evaluation.encode import load_for_inference
-
-    retriever, processor, tcfg = load_for_inference(checkpoint, torch.device("cpu"))
-    return retriever, processor, tcfg.data
-
-
-def _lens_models(cfg: EvalConfig, source: dict) -> tuple[dict[str, Callable], dict[str, str]]:
-    """{row: () -> (retriever, processor, data cfg)} of the lens models that can encode ArtEmis."""
-    loaders: dict[str, Callable] = {}
-    reasons: dict[str, str] = {}
-    if source.get("checkpoint"):
-        loaders[ARTEMIS_LENSES] = lambda: _checkpoint_bundle(source["checkpoint"])
-    elif cfg.train_config and source.get("untrained"):
-        loaders[ARTEMIS_LENSES] = lambda: retriever_from_train_config(cfg)[:3]
-    else:
-        reasons[ARTEMIS_LENSES] = (
-            "the lens model was read from encodings_dir: set checkpoint to encode new inputs"
-        )
-    by_role = {v.role: v for v in cfg.variants}
-    for role, row in ARTEMIS_ROLES.items():
-        v = by_role.get(role)
-        if v is not None and v.checkpoint:
-            loaders[row] = lambda ckpt=v.checkpoint: _checkpoint_bundle(ckpt)
-        else:
-            reasons[row] = (
-                f"no variants entry with role {role} and a checkpoint (configs/ablations/{role.replace('_', '-')})"
-            )
-    return loaders, reasons
-
-
-def lens_model_loader(cfg: EvalConfig, source: dict) -> tuple[Callable | None, str]:
-    """(loader of the main lens model's (retriever, processor, data cfg), "") or (None, why not)."""
-    loaders, reasons = _lens_models(cfg.model_copy(update={"variants": []}), source)
-    return loaders.get(ARTEMIS_LENSES), reasons.get(ARTEMIS_LENSES, "")
-
-
-def checkpoint_bundle(checkpoint: str):
-    """(retriever, processor, data cfg) of a saved checkpoint, on CPU."""
-    return _checkpoint_bundle(checkpoint)
-
-
 def fine_tuned_scores(checkpoint: str, labels: SplitLabels, texts: list[str] | None = None) -> np.ndarray:
     """The global-only fine-tuned BGE-VL-MLLM on the evaluated split, encoded from its checkpoint.
     texts: the texts to score (default the split's captions)."""
-    retriever, processor, data_cfg = _checkpoint_bundle(checkpoint)
+    retriever, processor, data_cfg = checkpoint_bundle(checkpoint)
     texts = labels.captions if texts is None else texts
     return global_mode_scores(retriever, processor, data_cfg, labels.image_paths, texts)
 
@@ -160,13 +117,13 @@ def artemis_results(cfg: EvalConfig, source: dict) -> dict[str, Any]:
     ds = read_artemis(a.csv, a.wikiart_dir, on_missing=a.on_missing, split=a.split)
     scores, unavailable = zero_shot_systems(cfg.baselines.zero_shot, ds.image_paths, ds.texts)
     if cfg.baselines.global_only_checkpoint:
-        retriever, processor, data_cfg = _checkpoint_bundle(cfg.baselines.global_only_checkpoint)
+        retriever, processor, data_cfg = checkpoint_bundle(cfg.baselines.global_only_checkpoint)
         scores[ARTEMIS_FINE_TUNED] = global_mode_scores(
             retriever, processor, data_cfg, ds.image_paths, ds.texts
         )
     else:
         unavailable[ARTEMIS_FINE_TUNED] = "baselines.global_only_checkpoint not set"
-    loaders, reasons = _lens_models(cfg, source)
+    loaders, reasons = lens_models(cfg, source)
     unavailable.update(reasons)
     prompt_sets = _artemis_prompts(a.prompts, ds, a.wikiart_dir)
     for row, load in loaders.items():
@@ -174,7 +131,7 @@ def artemis_results(cfg: EvalConfig, source: dict) -> dict[str, Any]:
     systems = {}
     for row, sim in scores.items():
         m = retrieval_metrics(sim, ds.caption_image, ds.caption_lens, ks=cfg.metrics.ks)
-        systems[row] = {k: v for k, v in m.items() if k.startswith("all/") or k == "RSUM"}
+        systems[row] = {k: v for k, v in m.items() if k.startswith("all/") or k == RSUM}
     return {
         "systems": systems,
         "unavailable": unavailable,
@@ -205,11 +162,11 @@ def global_without_prompts(
     row = "Global only (w/o prompts)"
     if "ablations" not in results:
         return
-    loaders, reasons = _lens_models(cfg.model_copy(update={"variants": []}), source)
-    if ARTEMIS_LENSES not in loaders:
-        results.setdefault("ablation_notes", {})[row] = f"unavailable: {reasons[ARTEMIS_LENSES]}"
+    loaders, reasons = lens_models(cfg.model_copy(update={"variants": []}), source)
+    if LENSES_ALL not in loaders:
+        results.setdefault("ablation_notes", {})[row] = f"unavailable: {reasons[LENSES_ALL]}"
         return
-    img = _image_globals_without_prompts(loaders[ARTEMIS_LENSES](), labels.image_paths)
+    img = _image_globals_without_prompts(loaders[LENSES_ALL](), labels.image_paths)
     protocol = next((p for p in cfg.metrics.protocols if p != "lens_slot"), "lens_gallery")
     sim = global_scores(img, txt_global)
     m = retrieval_metrics(
@@ -220,11 +177,11 @@ def global_without_prompts(
 
 def add_paper_results(
     results: dict[str, Any], cfg: EvalConfig, labels: SplitLabels, source: dict, unavailable: dict[str, str],
-    evaluate: Callable, txt_global: torch.Tensor | None = None,
+    txt_global: torch.Tensor | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Adds `zero_shot` (configured rows, unavailable ones with reasons), `variants` and `artemis`."""
     results["zero_shot"] = {"rows": [e.row for e in cfg.baselines.zero_shot], "unavailable": unavailable}
-    results["variants"] = variant_results(cfg, labels, evaluate)
+    results["variants"] = variant_results(cfg, labels)
     if txt_global is not None:
         global_without_prompts(results, cfg, labels, source, txt_global)
     if cfg.external.artemis is not None:

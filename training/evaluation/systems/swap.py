@@ -11,10 +11,10 @@ and scored with the same `evaluate_encoded` as the main evaluation.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from training.evaluation.config import EvalConfig, SwapSection
+from training.evaluation.evaluate import evaluate_encoded
 from training.evaluation.systems.swapped_split import SwappedPart, swap_texts
 from training.evaluation.types import FINE_TUNED, SplitLabels
 from training.evaluation.types import MAIN_SYSTEM as MAIN
@@ -46,7 +46,7 @@ class SwapModels:
     (one instance serves both harnesses of a run)."""
 
     def __init__(self, cfg: EvalConfig, source: dict) -> None:
-        from training.evaluation.systems.paper import lens_model_loader
+        from training.evaluation.lens_models import lens_model_loader
 
         self._lens_loader, self.lens_reason = lens_model_loader(cfg, source)
         self._global_ckpt = cfg.baselines.global_only_checkpoint
@@ -61,14 +61,14 @@ class SwapModels:
     @property
     def global_only(self):
         if self._global is None and self._global_ckpt:
-            from training.evaluation.systems.paper import checkpoint_bundle
+            from training.evaluation.lens_models import checkpoint_bundle
 
             self._global = checkpoint_bundle(self._global_ckpt)
         return self._global
 
 
 def _score_swapped(
-    swapped: SplitLabels, models: SwapModels, cfg: EvalConfig, evaluate: Callable, with_global: bool
+    swapped: SplitLabels, models: SwapModels, cfg: EvalConfig, with_global: bool
 ) -> dict[str, dict[str, dict]]:
     from training.evaluation.inputs import encode_in_process
     from training.evaluation.scoring.zero_shot import global_mode_scores
@@ -77,7 +77,7 @@ def _score_swapped(
     extra = {}
     if with_global and models.global_only is not None:
         extra[FINE_TUNED] = global_mode_scores(*models.global_only, swapped.image_paths, swapped.captions)
-    return _per_system(evaluate(enc, slim_config(cfg), extra, None)["systems"])
+    return _per_system(evaluate_encoded(enc, slim_config(cfg), extra, None)["systems"])
 
 
 def swap_results(
@@ -85,7 +85,6 @@ def swap_results(
     labels: SplitLabels,
     results: dict[str, Any],
     source: dict,
-    evaluate: Callable,
     entries: list[SwapSection],
     part: SwappedPart,
     with_global: bool,
@@ -112,7 +111,7 @@ def swap_results(
             out["unavailable"][e.row] = models.lens_reason
             continue
         swapped, coverage = swap_texts(labels, split_labels(e.export_dir, cfg.split), part)
-        out["rows"][e.row] = _score_swapped(swapped, models, cfg, evaluate, with_global)
+        out["rows"][e.row] = _score_swapped(swapped, models, cfg, with_global)
         out["coverage"][e.row] = {"source": e.export_dir, **coverage}
         log.info("%s: %s of %s scored (%s)", part, e.row, e.export_dir, coverage)
     if with_global and not cfg.baselines.global_only_checkpoint:
@@ -120,18 +119,16 @@ def swap_results(
     return out
 
 
-def add_harness_results(
-    results: dict[str, Any], cfg: EvalConfig, labels: SplitLabels, source: dict, evaluate: Callable
-) -> None:
+def add_harness_results(results: dict[str, Any], cfg: EvalConfig, labels: SplitLabels, source: dict) -> None:
     """Adds `backbone_scaling` (each configured build's prompts) and `generator_swap` (each build's
     captions, the global-only baseline re-scored too) when the config lists builds for them; their
     tables are `training.evaluation.tables.harness_tables`."""
     models = SwapModels(cfg, source)  # loads nothing until a swapped split needs it
     if cfg.backbone_scaling:
         results["backbone_scaling"] = swap_results(
-            cfg, labels, results, source, evaluate, cfg.backbone_scaling, "prompts", False, models
+            cfg, labels, results, source, cfg.backbone_scaling, "prompts", False, models
         )
     if cfg.generator_swap:
         results["generator_swap"] = swap_results(
-            cfg, labels, results, source, evaluate, cfg.generator_swap, "captions", True, models
+            cfg, labels, results, source, cfg.generator_swap, "captions", True, models
         )

@@ -21,7 +21,7 @@ numbers here as there. The slot-less BGE-VL-MLLM row uses Table 2's gallery prot
 from __future__ import annotations
 
 from training.baselines.clip_finetune import ROW as CLIP_FINETUNED
-from training.evaluation.tables.markdown import LENS_COLS, table, table_row
+from training.evaluation.markdown import LENS_COLS, table, table_row
 from training.evaluation.types import FINE_TUNED
 from training.evaluation.types import MAIN_SYSTEM as MAIN
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from training.evaluation.markdown import LENS_COLS, table_row
+from training.evaluation.markdown import fmt as _fmt
+from training.evaluation.markdown import table as _table
+from training.evaluation.metrics.keys import DIVERSITY_KEYS, RSUM, title
 from training.evaluation.tables.harness_tables import harness_tables
-from training.evaluation.tables.markdown import LENS_COLS, table_row
-from training.evaluation.tables.markdown import fmt as _fmt
-from training.evaluation.tables.markdown import table as _table
 from training.evaluation.types import FINE_TUNED
 from training.evaluation.types import MAIN_SYSTEM as MAIN
 
@@ -107,20 +108,20 @@ def table3a(results: dict) -> str:
     rows = []
     for n, a, b, c, m, role in spec:
         note = "" if m is not None else f"not run: variants entry with role {role} (configs/ablations)"
-        rows.append([n, a, b, c, _fmt(m.get("RSUM"), 1) if m else "—", note])
+        rows.append([n, a, b, c, _fmt(m.get(RSUM), 1) if m else "—", note])
     header = ["", "L_ret", "L_cap→slot", "L_div-img", "RSUM (All)", "Note"]
     return f"## Main Table 3a, loss ablation (RSUM of All)\n\n{_table(header, rows)}"
 
 
 def table4(results: dict) -> str:
     _, systems = _gallery(results)
-    keys = ["LC@10", "All@10", "LensDCG@10", "CaptionDCG@10"]
+    keys = list(DIVERSITY_KEYS)
     zs, note = _zero_shot_note(results, "BGE-VL-MLLM", systems)
     rows = [table_row("BGE-VL-MLLM", zs, keys, note, 1),
             table_row("BGE-VL-MLLM (Fine-Tune)", systems.get(FINE_TUNED), keys,
                       "" if FINE_TUNED in systems else "not run: baselines.global_only_encodings or global_only_checkpoint not set", 1),
             table_row("Lenses", systems.get(MAIN), keys, "", 1)]  # fmt: skip
-    header = ["Method", "LC@10", "All@10", "Lens DCG@10", "Caption DCG@10", "Note"]
+    header = ["Method", *map(title, keys), "Note"]
     return f"## Main Table 4, lens-aware retrieval metrics\n\n{_table(header, rows)}"
 
 

@@ -17,8 +17,9 @@ import numpy as np
 
 from lenses_data.schemas import LENS_KEYS, LENS_NAMES
 from training.evaluation.imp.aggregates import imp_aggregates_markdown
-from training.evaluation.tables.markdown import fmt as _fmt
-from training.evaluation.tables.markdown import table as _table
+from training.evaluation.markdown import fmt as _fmt
+from training.evaluation.markdown import table as _table
+from training.evaluation.metrics.keys import DIVERSITY_KEYS, MAP_R, RSUM
 from training.evaluation.tables.paper_tables import paper_tables_markdown
 
 PROTOCOL_TITLES = {
@@ -41,7 +42,7 @@ def table2_markdown(systems: dict[str, dict[str, float]], ks: tuple[int, ...] = 
 
 
 def table4_markdown(systems: dict[str, dict[str, float]]) -> str:
-    cols = ("LC@10", "All@10", "LensDCG@10", "CaptionDCG@10")
+    cols = DIVERSITY_KEYS
     return _table(["Model", *cols], [[n, *(_fmt(m.get(c), 1) for c in cols)] for n, m in systems.items()])
 
 
@@ -69,13 +70,13 @@ def polysemy_markdown(systems: dict[str, dict[str, float]]) -> str:
     """R@K, meanR/medR of the best positive, IMP's meanR/medR over all positives (I→T), mAP@R."""
     header = ["Model"]
     keys = []
-    i2t_only = ("meanR_allpos", "medR_allpos", "mAP@R")  # T→I: one positive, so _allpos = best
+    i2t_only = ("meanR_allpos", "medR_allpos", MAP_R)  # T→I: one positive, so _allpos = best
     for d, title in (("i2t", "I→T"), ("t2i", "T→I")):
         for k in ("R@1", "R@5", "R@10", "meanR", "medR") + (i2t_only if d == "i2t" else ()):
             header.append(f"{title} {k.replace('_allpos', ' (all pos.)')}")
             keys.append(f"all/{d}/{k}")
-    header.append("RSUM")
-    keys.append("RSUM")
+    header.append(RSUM)
+    keys.append(RSUM)
     return _table(header, [[n, *(_fmt(m.get(k)) for k in keys)] for n, m in systems.items()])
 
 

@@ -1,7 +1,9 @@
 """Config merging, written once: YAML over defaults, environment over YAML, overrides over a file.
 
-Public as `lenses_data.config.deep_merge`; its own module so that the config sections (which
-`lenses_data.config` imports) can use it too.
+Public as `lenses_data.config.deep_merge` too. It sits at the root of lenses_data/, importing
+nothing, so that the config sections can use it and so that the retriever's config
+(`training.retriever.config`) can merge its YAML without importing `lenses_data.config`, whose
+package pulls in every pipeline section (yields, the simulator, the schemas).
 """
 
 from __future__ import annotations
