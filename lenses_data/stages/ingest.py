@@ -48,6 +48,7 @@ class IngestSummary:
     rejected: Counter = field(default_factory=Counter)
     skipped: Counter = field(default_factory=Counter)
     shards: int = 0
+    rejection_shards: int = 0
     seconds: float = 0.0
 
     def stats(self) -> dict[str, Any]:
@@ -57,6 +58,7 @@ class IngestSummary:
             "rejected": dict(sorted(self.rejected.items())),
             "skipped": dict(sorted(self.skipped.items())),
             "shards": self.shards,
+            "rejection_shards": self.rejection_shards,
         }
 
     def format(self) -> str:
@@ -169,9 +171,15 @@ def _download(client: LazyClient, seq: int, item: SourceItem, ing: Any) -> dict:
 
 
 def _collect(
-    outcomes: Iterator[dict], items: list[SourceItem | None], config: PipelineConfig, started: float
+    outcomes: Iterator[dict],
+    items: list[SourceItem | None],
+    config: PipelineConfig,
+    started: float,
+    earlier: dict[str, str] | None = None,
 ) -> tuple[KeptImages, list[Rejection]]:
-    """Turn outcomes into rows; the first occurrence of an image id wins (input order)."""
+    """Turn outcomes into rows; the first occurrence of an image id wins (input order), and an image
+    ingested before (`earlier`: image id -> source, when sources are appended) wins over both."""
+    earlier = earlier or {}
     kept = KeptImages()
     rejections: list[Rejection] = []
     progress = Progress(config.ingest.progress_every_n, config.ingest.progress_every_s, started)
@@ -180,10 +188,13 @@ def _collect(
         items[outcome["seq"]] = None  # done with it: `items` must not grow with the whole run
         if not outcome["ok"]:
             rejections.append(_rejection(item, outcome))
-        elif outcome["image_id"] in kept:
+        elif outcome["image_id"] in kept or outcome["image_id"] in earlier:
             image_id = outcome["image_id"]
-            kept.fill_missing_metadata(image_id, {f: getattr(item, a) for f, a in METADATA_FIELDS.items()})
-            message = f"same bytes as image {image_id} from {kept.source_of(image_id)} (kept)"
+            if image_id in earlier:
+                message = f"same bytes as image {image_id} from {earlier[image_id]} (ingested before, kept)"
+            else:
+                kept.fill_missing_metadata(image_id, {f: getattr(item, a) for f, a in METADATA_FIELDS.items()})
+                message = f"same bytes as image {image_id} from {kept.source_of(image_id)} (kept)"
             rejections.append(
                 Rejection(
                     stage=STAGE,
@@ -260,6 +271,7 @@ def _write(
     summary.accepted = len(accepted)
     summary.rejected = Counter(r.reason for r in rejections)
     summary.shards = shards
+    summary.rejection_shards = len(chunks)
     lio.atomic_write_json(lio.stage_dir(run, STAGE) / SUMMARY_FILE, summary.stats())
     lio.write_rejections(run, STAGE, 0, chunks[0])
 
@@ -293,12 +305,21 @@ class IngestStage(GlobalStage):
         "ingest.folder_skip_suffixes",
     )
     input_stage = None
+    appends_sources = True  # sources appended to the list are added as new shards (ingest_append)
     reads = ()  # no input frame: the images come from the configured sources
     sources_setting = "ingest.sources"  # the config path naming those sources
     writes = tuple(CandidateImage.model_fields)
 
+    def process_shard(self, run: Path, shard: int) -> ShardStats:
+        from lenses_data.stages.ingest_append import append_new_sources
+
+        appended = append_new_sources(Path(run), self.config)  # None: no source was appended
+        return self._stats(shard, appended) if appended else super().process_shard(run, shard)
+
     def run_shard(self, run: Path, shard: int) -> ShardStats:
-        summary = ingest_sources(self.config.ingest.sources, run, self.config)
+        return self._stats(shard, ingest_sources(self.config.ingest.sources, run, self.config))
+
+    def _stats(self, shard: int, summary: IngestSummary) -> ShardStats:
         log.info("%s", summary.format())
         rejected = sum(summary.rejected.values())
         return ShardStats(
