@@ -32,8 +32,8 @@ from typing import Any
 
 from lenses_data.config import PipelineConfig
 from lenses_data.runlock import run_directory_lock
-from lenses_data.stages.registry import pipeline_order
 from lenses_data.stages.rebuild import finish_pending, replace_stages, uncommit
+from lenses_data.stages.registry import pipeline_order
 from lenses_data.stages.settings_guard import (
     assess_run,
     changed_error,
