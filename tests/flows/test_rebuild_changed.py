@@ -1,0 +1,150 @@
+"""Regenerate after a change on the same run directory, paying only for what changed.
+
+The sample pool is built once against an external `lenses simulate` (real HTTP) that counts its
+calls by request key; each test then changes a copy of that run and asserts what the rerun sent.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lenses_data import io
+from lenses_data.annotation.rules import words
+from lenses_data.simulator.testing import spawn_simulator
+from lenses_data.stages.settings_guard import SETTINGS_FILE, SettingsChanged
+from tests.flows.rebuild_support import (
+    EARLY,
+    json_of,
+    build,
+    calls,
+    config_dict,
+    copy_run,
+    exported,
+    sent_since,
+    snapshot,
+    with_changes,
+    write_config,
+)
+
+
+@pytest.fixture(scope="module")
+def simulator(tmp_path_factory) -> Iterator[str]:
+    log = tmp_path_factory.mktemp("sim") / "sim.log"
+    with log.open("w") as out:
+        process, url = spawn_simulator(["--yes-rate", "0.85"], log=out)
+    try:
+        yield url
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+@pytest.fixture(scope="module")
+def built(prefect_harness, simulator, sample_pool, tmp_path_factory) -> dict:
+    """One finished build of the sample pool; its calls are what a rebuild must not repeat."""
+    root = tmp_path_factory.mktemp("built")
+    config = config_dict(root / "run", sample_pool, simulator)
+    before = calls(simulator)
+    build(write_config(root / "config.yaml", config))
+    return {"run": root / "run", "config": config, "sent": sent_since(simulator, before)}
+
+
+def test_the_first_build_asked_every_model_stage(built):
+    stages = {key.split(":")[0] for key in built["sent"]}
+    assert stages == {"filter", "generate", "validate", "visual_validate"}
+
+
+def _lost_a_caption(run: Path) -> set[tuple[str, str]]:
+    """(image, kind) of the texts the lowered maximum rejects at rules, now and not before."""
+    now = io.read_rejections(run, "rules")
+    before = io.read_parquet_files(sorted((run / io.REPLACED_DIR).glob("*/rejections/rules-part-*.parquet")))
+    new = now[~now["record_id"].isin(set(before["record_id"]))]
+    texts = io.read_stage(run, "generate").set_index("text_id")
+    assert set(new["reason"]) == {"word_count_high"} and len(new)
+    return {(texts.loc[t, "image_id"], str(texts.loc[t, "kind"])) for t in new["record_id"]}
+
+
+def test_a_lowered_caption_maximum_rebuilds_from_rules_reusing_every_unchanged_answer(built, simulator, tmp_path):
+    """Rules and what follows are redone; the stages before are kept; every model request asked
+    before is answered from the moved journals. A validator request holds all texts of one image
+    and kind (Listing 4), so only the requests of the images that lost a caption are new."""
+    run = copy_run(built["run"], tmp_path / "run")
+    lowered = with_changes(built["config"], run, annotate={"caption_words": {"min": 8, "max": 20}})
+    path = write_config(tmp_path / "config.yaml", lowered)
+    untouched = snapshot(run, EARLY)
+    old_settings = io.stage_dir(run, "rules").joinpath(SETTINGS_FILE).read_text()
+    with pytest.raises(SettingsChanged, match=r"stage rules .*caption_words.*--rebuild-changed"):
+        build(path)
+    before = calls(simulator)
+    build(path, rebuild_changed=True)
+    sent = sent_since(simulator, before)
+    lost = _lost_a_caption(run)
+    asked = {(key.split(":")[1], key.split(":")[2]) for key in sent}
+    assert {key.split(":")[0] for key in sent} <= {"validate", "visual_validate"}
+    assert asked <= lost and all(n == 1 for n in sent.values())
+    assert len(sent) < len(built["sent"]) / 10  # the first build's calls: reused, not sent again
+    captions = exported(run, "captions")
+    assert len(captions) and max(len(words(t)) for t in captions["text"]) <= 20
+    assert snapshot(run, EARLY) == untouched  # the stages before rules are kept as they were
+    replaced = list((run / io.REPLACED_DIR).iterdir())
+    assert len(replaced) == 1 and replaced[0].name in old_settings
+    assert {p.name for p in replaced[0].iterdir()} == {"rules", "validate", "visual_validate", "export",
+                                                        "journal", "rejections"}  # fmt: skip
+    before = calls(simulator)
+    build(path, rebuild_changed=True)  # done: a rerun is a plain resume
+    assert sent_since(simulator, before) == {} and len(list((run / io.REPLACED_DIR).iterdir())) == 1
+
+
+def test_a_changed_validator_setting_sends_only_validator_calls(built, simulator, tmp_path):
+    run = copy_run(built["run"], tmp_path / "run")
+    role = dict(built["config"]["models"]["validator"])
+    role["sampling"] = {**role.get("sampling", {}), "temperature": 0.3}
+    changed = with_changes(built["config"], run)
+    changed["models"]["validator"] = role
+    untouched = snapshot(run, [*EARLY, "rules"])
+    before = calls(simulator)
+    build(write_config(tmp_path / "config.yaml", changed), rebuild_changed=True)
+    sent = sent_since(simulator, before)
+    assert {key.split(":")[0] for key in sent} <= {"validate", "visual_validate"}
+    assert len([k for k in sent if k.startswith("validate:")]) == len(
+        [k for k in built["sent"] if k.startswith("validate:")]
+    )
+    assert snapshot(run, [*EARLY, "rules"]) == untouched
+
+
+def test_a_killed_regeneration_resumes(built, simulator, tmp_path):
+    """Killed while moving the old outputs aside (its plan on disk, one stage moved), then killed
+    again with rules half redone: a rerun with the flag finishes both and builds what an
+    uninterrupted regeneration builds, sending no call for what was answered."""
+    from lenses_data.stages.rebuild import PENDING
+
+    run = copy_run(built["run"], tmp_path / "run")
+    lowered = with_changes(built["config"], run, annotate={"caption_words": {"min": 8, "max": 20}})
+    path = write_config(tmp_path / "config.yaml", lowered)
+    digest = json_of(io.stage_dir(run, "rules") / SETTINGS_FILE)["digest"]
+    plan = {"into": digest, "stages": ["rules", "validate", "visual_validate", "export"]}
+    (run / io.REPLACED_DIR / digest).mkdir(parents=True)
+    io.atomic_write_json(run / io.REPLACED_DIR / PENDING, plan)
+    (run / "rules").rename(run / io.REPLACED_DIR / digest / "rules")  # the first rename, then the kill
+    build(path, rebuild_changed=True, stop_after="rules")
+    assert not (run / io.REPLACED_DIR / PENDING).exists()
+    assert sorted(p.name for p in (run / io.REPLACED_DIR).iterdir()) == [digest]
+    moved = run / io.REPLACED_DIR / digest
+    assert {"validate", "visual_validate", "export"} <= {p.name for p in moved.iterdir()}
+    assert not (run / "validate").exists() and (moved / "journal" / "validate").is_dir()
+    io.shard_path(run, "rules", 1).unlink()  # killed in rules: one shard lost, no success marker
+    (io.stage_dir(run, "rules") / io.SUCCESS_MARKER).unlink()
+    before = calls(simulator)
+    result = build(path, rebuild_changed=True)
+    rules = next(s for s in result["stages"] if s["stage"] == "rules")
+    assert rules["shards_skipped"] == rules["shards"] - 1
+    sent = sent_since(simulator, before)
+    assert {key.split(":")[0] for key in sent} <= {"validate", "visual_validate"}
+    assert len(list((run / io.REPLACED_DIR).iterdir())) == 1
+    captions = exported(run, "captions")
+    assert len(captions) and max(len(words(t)) for t in captions["text"]) <= 20
