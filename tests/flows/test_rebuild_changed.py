@@ -19,14 +19,17 @@ from lenses_data.simulator.testing import spawn_simulator
 from lenses_data.stages.settings_guard import SETTINGS_FILE, SettingsChanged
 from tests.flows.rebuild_support import (
     EARLY,
-    json_of,
     build,
     calls,
     config_dict,
     copy_run,
     exported,
+    json_of,
+    near_copy,
+    new_images,
     sent_since,
     snapshot,
+    splits,
     with_changes,
     write_config,
 )
@@ -148,3 +151,45 @@ def test_a_killed_regeneration_resumes(built, simulator, tmp_path):
     assert len(list((run / io.REPLACED_DIR).iterdir())) == 1
     captions = exported(run, "captions")
     assert len(captions) and max(len(words(t)) for t in captions["text"]) <= 20
+
+
+def test_ten_new_images_send_only_their_own_calls_and_keep_every_split(built, simulator, tmp_path):
+    """One more source: eight new pictures, a near copy of a test image and one of a train image.
+    Only the new images are ingested and asked about; every earlier image keeps its split; the
+    copy of the test image never reaches train."""
+    run = copy_run(built["run"], tmp_path / "run")
+    earlier_splits = splits(run)
+    ingest = io.read_stage(run, "ingest").set_index("image_id")
+    test_image = next(i for i, s in sorted(earlier_splits.items()) if s == "test")
+    train_image = next(i for i, s in sorted(earlier_splits.items()) if s == "train")
+    folder = new_images(tmp_path / "new", 8)
+    near_copy(ingest.loc[test_image, "path"], folder / "copy-of-test.png")
+    near_copy(ingest.loc[train_image, "path"], folder / "copy-of-train.png")
+    grown = with_changes(built["config"], run)
+    grown["ingest"]["sources"] = [*built["config"]["ingest"]["sources"], str(folder)]
+    shards = sorted(p.name for p in io.stage_dir(run, "ingest").glob("part-*.parquet"))
+    untouched = snapshot(run, ["ingest", "filter", "generate"])
+    before = calls(simulator)
+    result = build(write_config(tmp_path / "config.yaml", grown))  # no flag: an appended source is no change
+    done = {s["stage"]: s for s in result["stages"]}
+    assert done["filter"]["shards_skipped"] == len(shards) and done["filter"]["shards"] == len(shards) + 1
+    assert done["dedupe"]["earlier_decisions"] == {"kept_as_they_were": len(ingest), "new_images": 10}
+    assert not (run / io.REPLACED_DIR).exists()
+    sent = sent_since(simulator, before)
+    now = io.read_stage(run, "ingest")
+    new_ids = set(now["image_id"]) - set(ingest.index)
+    assert len(new_ids) == 10 and len(now) == len(ingest) + 10
+    assert {key.split(":")[0] for key in sent} >= {"filter", "generate", "validate"}
+    assert {key.split(":")[1] for key in sent} <= new_ids  # every call is about a new image
+    grown_files = snapshot(run, ["ingest", "filter", "generate"])
+    rewritten = {"ingest/_summary.json", *(f"{s}/{SETTINGS_FILE}" for s in ("ingest", "filter", "generate"))}
+    assert {k: grown_files[k] for k in untouched if k not in rewritten} == {
+        k: v for k, v in untouched.items() if k not in rewritten
+    }  # every earlier shard, rejection file and journal is kept as it was
+    assert sorted(p.name for p in io.stage_dir(run, "ingest").glob("part-*.parquet"))[: len(shards)] == shards
+    after = splits(run)
+    assert {i: after[i] for i in earlier_splits} == earlier_splits
+    copy_id = now.loc[now["source"] == str(folder / "copy-of-test.png"), "image_id"].item()
+    assert after.get(copy_id) in (None, "test")
+    dedupe = io.read_stage(run, "dedupe").set_index("image_id")
+    assert not dedupe.loc[copy_id, "kept"] and dedupe.loc[copy_id, "duplicate_of"] == test_image
