@@ -29,7 +29,7 @@ def config_dict(run: Path, pool: Path, base_url: str) -> dict[str, Any]:
     and the word limits as rejections (a lowered maximum then drops texts)."""
     config = yaml.safe_load((REPO_ROOT / "configs" / "sample.yaml").read_text())
     role = {"base_urls": [base_url], "timeout_s": 5, "max_concurrency": 4}
-    config["models"] = {r: {**role, "model": "test/" + r} for r in ROLES}
+    config["models"] = {r: dict(role) for r in ROLES}  # the default models: `lenses plan` has their figures
     config["models"]["retry"] = {"backoff_base_s": 0.01, "backoff_max_s": 0.05}
     config["models"]["probe"] = False  # only the pipeline's own requests are counted
     config["run_dir"] = str(run)

@@ -6,8 +6,10 @@ calls by request key; each test then changes a copy of that run and asserts what
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,7 +74,9 @@ def _lost_a_caption(run: Path) -> set[tuple[str, str]]:
     return {(texts.loc[t, "image_id"], str(texts.loc[t, "kind"])) for t in new["record_id"]}
 
 
-def test_a_lowered_caption_maximum_rebuilds_from_rules_reusing_every_unchanged_answer(built, simulator, tmp_path):
+def test_a_lowered_caption_maximum_rebuilds_from_rules_reusing_every_unchanged_answer(
+    built, simulator, tmp_path
+):
     """Rules and what follows are redone; the stages before are kept; every model request asked
     before is answered from the moved journals. A validator request holds all texts of one image
     and kind (Listing 4), so only the requests of the images that lost a caption are new."""
@@ -193,3 +197,43 @@ def test_ten_new_images_send_only_their_own_calls_and_keep_every_split(built, si
     assert after.get(copy_id) in (None, "test")
     dedupe = io.read_stage(run, "dedupe").set_index("image_id")
     assert not dedupe.loc[copy_id, "kept"] and dedupe.loc[copy_id, "duplicate_of"] == test_image
+
+
+def test_lenses_plan_says_what_a_regeneration_redoes_and_sends(built, tmp_path, capsys):
+    """`lenses plan --rebuild-changed` on the run and a changed config, before anything runs."""
+    from lenses_app.cli import main
+
+    lowered = with_changes(built["config"], built["run"], annotate={"caption_words": {"min": 8, "max": 20}})
+    validator = with_changes(built["config"], built["run"])
+    validator["models"]["validator"] = {**validator["models"]["validator"], "sampling": {"temperature": 0.3}}
+    out = {}
+    for name, config in (("lowered", lowered), ("validator", validator)):
+        path = write_config(tmp_path / f"{name}.yaml", config)
+        before = snapshot(built["run"], ["rules", "validate"])
+        assert (
+            main(["plan", "--run", str(built["run"]), "--config", path, "--rebuild-changed", "--json", "-"])
+            == 0
+        )
+        assert snapshot(built["run"], ["rules", "validate"]) == before  # a plan changes nothing
+        out[name] = {s["stage"]: s for s in json.loads(capsys.readouterr().out)["regeneration"]}
+    assert main(["plan", "--run", str(built["run"]), "--config", path, "--rebuild-changed"]) == 0
+    table = capsys.readouterr().out
+    print(table)  # the table a user reads (pytest -s)
+    assert "validate        rebuilt" in table and "filter          kept" in table
+    assert "regeneration: " in table and "GPU-hours; a new build: " in table
+    asked = Counter(key.split(":")[0] for key in built["sent"])
+    lowered, validator = out["lowered"], out["validator"]
+    assert [s for s in lowered if lowered[s]["action"] == "kept"] == EARLY
+    assert [s for s in lowered if lowered[s]["action"] == "rebuilt"] == [
+        "rules",
+        "validate",
+        "visual_validate",
+        "export",
+    ]
+    assert lowered["generate"]["requests"] == asked["generate"] and lowered["generate"]["sent_max"] == 0
+    assert lowered["validate"]["sent_min"] == 0 and lowered["validate"]["sent_max"] == asked["validate"]
+    assert "caption_words" in lowered["rules"]["why"]
+    assert validator["rules"]["action"] == "kept" and validator["validate"]["action"] == "rebuilt"
+    assert validator["validate"]["sent_min"] == asked["validate"] == validator["validate"]["requests"]
+    assert 0 < validator["validate"]["gpu_hours_min"] == validator["validate"]["gpu_hours"]
+    assert validator["visual_validate"]["sent_min"] == 0 and validator["filter"]["gpu_hours_max"] == 0
