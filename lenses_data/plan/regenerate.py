@@ -54,6 +54,8 @@ def _request_keys(inputs: dict) -> dict:
 
 
 def _bounds(stage: str, action: Action, own_changed: bool, requests: int) -> tuple[int, int, str]:
+    if stage not in ROLE_OF_STAGE and action in ("rebuilt", "extended"):
+        return 0, 0, f"{action} on CPU, no model call"
     if action == "kept":
         return 0, 0, "kept as it is"
     if action == "extended":
