@@ -142,6 +142,11 @@ def test_a_grown_split_keeps_every_earlier_assignment():
     assert len(merged) == 20 and (merged["split"] == merged["split_before"]).all()
     assert (merged["group_id"] == merged["group_id_before"]).all()
     assert grown.set_index("image_id").loc["n00", "split"] == "test"  # joins its unit's split
+    no_room = extend_splits(
+        pd.concat([earlier_frame, new]), earlier, SplitConfig(valid=0.0, test=0.0, seed="s")
+    )
+    assert no_room.set_index("image_id").loc["n00", "split"] == "test"  # even with no room left there
+    assert (no_room.set_index("image_id").loc[new["image_id"][1:], "split"] == "train").all()
     counts = grown["split"].value_counts()
     assert counts["test"] <= round(0.3 * 30) and counts["valid"] <= round(0.2 * 30)
     assert set(grown["image_id"]) == set(earlier_frame["image_id"]) | set(new["image_id"])
