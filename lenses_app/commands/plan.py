@@ -171,10 +171,13 @@ def _paper_candidates() -> float:
 def _print_regeneration(args: argparse.Namespace, config: Any, plan: Any) -> int:
     """`--rebuild-changed`: the regeneration table (and its JSON), then the full build's plan."""
     from lenses_data.plan.regenerate import format_regeneration, priced, regeneration
+    from lenses_data.stages.registry import pipeline_order
+    from lenses_data.stages.settings_guard import assess_run, recorded_settings
 
-    stages = priced(
-        regeneration(args.run, config.model_copy(update={"run_dir": args.run}), plan.run_stats), plan
-    )
+    changed = config.model_copy(update={"run_dir": args.run})
+    order = pipeline_order(changed)
+    judged = assess_run(args.run, changed, order)
+    stages = priced(regeneration(order, judged, recorded_settings(args.run, order), plan.run_stats), plan)
     if args.json_out:
         payload = {
             "regeneration": [s.model_dump(mode="json") for s in stages],

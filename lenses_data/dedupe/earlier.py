@@ -84,7 +84,9 @@ def _new_neighbour(row: dict, old: dict, linked: list[str]) -> dict[str, Any] | 
     return _rejection(row["image_id"], BRIDGES, message)
 
 
-def keep_earlier(result: DedupeResult, earlier: pd.DataFrame, earlier_rejections: pd.DataFrame) -> DedupeResult:
+def keep_earlier(
+    result: DedupeResult, earlier: pd.DataFrame, earlier_rejections: pd.DataFrame
+) -> DedupeResult:
     """`result` (dedupe over the whole grown pool) with every earlier decision put back."""
     columns = list(result.records.columns)
     rows = result.records.to_dict(orient="records")

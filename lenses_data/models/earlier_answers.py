@@ -25,7 +25,9 @@ def earlier_journals(run: str | Path, stage: str) -> list[Path]:
     if not root.is_dir():
         return []
     folders = sorted((p for p in root.iterdir() if p.is_dir()), key=lambda p: (p.stat().st_mtime_ns, p.name))
-    return [path for folder in folders for path in sorted((folder / JOURNAL_DIR / stage).glob("part-*.jsonl"))]
+    return [
+        path for folder in folders for path in sorted((folder / JOURNAL_DIR / stage).glob("part-*.jsonl"))
+    ]
 
 
 class EarlierAnswers:

@@ -1,7 +1,8 @@
 """What regenerating a run directory under a changed config would redo and pay, before running it.
 
 `lenses plan --run RUN --config CHANGED.yaml --rebuild-changed` judges every stage as
-`lenses run --rebuild-changed` would (`settings_guard.assess_run`): kept, extended with new images
+`lenses run --rebuild-changed` would (the CLI passes in `settings_guard.assess_run`'s judgement: a
+stage module this package may not import): kept, extended with new images
 (sources appended), rebuilt (the first stage whose settings differ and every one after it), or not
 built yet. For each model stage it bounds the calls a regeneration sends, from the run's journal:
 
@@ -20,18 +21,12 @@ yields) times those bounds' share of the stage's requests.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from lenses_data import io
-from lenses_data.config import PipelineConfig
 from lenses_data.config.roles import ROLE_OF_STAGE
 from lenses_data.plan.schemas import Plan, StageStats
-from lenses_data.stages.registry import pipeline_order
-from lenses_data.stages.settings_guard import assess_run, settings_path
 
 Action = Literal["kept", "extended", "rebuilt", "not built"]
 
@@ -68,34 +63,36 @@ def _bounds(stage: str, action: Action, own_changed: bool, requests: int) -> tup
 
 
 def regeneration(
-    run: str | Path, config: PipelineConfig, stats: dict[str, StageStats]
+    order: list[str],
+    assessment: Any,
+    recorded: dict[str, dict[str, Any] | None],
+    stats: dict[str, StageStats],
 ) -> list[StageRegeneration]:
-    """Per stage of the pipeline: what `lenses run --rebuild-changed` with `config` would do."""
-    run = Path(run)
-    order = pipeline_order(config)
-    assessment = assess_run(run, config, order)
+    """Per stage of `order`: what `lenses run --rebuild-changed` would do, from `assessment` (the
+    settings guard's `assess_run` under the changed config) and what each stage `recorded` (its
+    `_SETTINGS.json`; None: the stage is not on disk)."""
     rebuilt = set(assessment.replaced)
     out = []
     for stage in order:
-        path = settings_path(run, stage)
         if stage in rebuilt:
             action: Action = "rebuilt"
         elif stage in assessment.extend:
             action = "extended"
-        elif io.stage_dir(run, stage).exists():
-            action = "kept"
         else:
-            action = "not built"
-        own = False
-        if action == "rebuilt" and path.exists():
-            recorded = json.loads(path.read_text()).get("inputs", {})
-            own = _request_keys(recorded) != _request_keys(assessment.expected[stage]["inputs"])
+            action = "kept" if recorded.get(stage) is not None else "not built"
+        old = (recorded.get(stage) or {}).get("inputs", {})
+        own = action == "rebuilt" and _request_keys(old) != _request_keys(
+            assessment.expected[stage]["inputs"]
+        )
         requests = stats[stage].requests if stage in stats else 0
         low, high, why = _bounds(stage, action, own, requests)
         if stage == assessment.changed:
             why = f"{assessment.change}; {why}"
-        out.append(StageRegeneration(stage=stage, action=action, why=why, requests=requests, sent_min=low,
-                                     sent_max=high))  # fmt: skip
+        out.append(
+            StageRegeneration(
+                stage=stage, action=action, why=why, requests=requests, sent_min=low, sent_max=high
+            )
+        )
     return out
 
 

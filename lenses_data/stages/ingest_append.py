@@ -1,5 +1,5 @@
 """Ingest's append: sources added at the end of `ingest.sources` on a finished ingest are ingested
-alone, into new shards after the earlier ones; no earlier shard is rewritten.
+alone (`ingest.append_sources`), into new shards after the earlier ones; no earlier shard is rewritten.
 
 So every later stage keeps its finished shards (shard i still holds the same images) and does only
 the new ones; dedupe and split keep their earlier decisions (lenses_data.stages.rebuild). An image
@@ -14,34 +14,25 @@ the earlier summary, and the rerun appends the same sources again into the same 
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lenses_data import io as lio
-from lenses_data.config import PipelineConfig
-from lenses_data.stages.ingest import (
-    STAGE,
-    SUMMARY_FILE,
-    IngestSummary,
-    _collect,
-    _numbered,
-    _process,
-    _remove_stale,
-    checked_sources,
-)
-from lenses_data.stages.ingest_rows import shards_of
+from lenses_data.schemas import Rejection
+from lenses_data.stages.ingest_rows import SUMMARY_FILE, remove_stale, shards_of
 from lenses_data.stages.settings_guard import in_run_form
 
 
-def _earlier_summary(run: Path) -> dict | None:
-    """The summary of a finished ingest (its rejections shard 0, written last, exists), else None."""
-    path = lio.stage_dir(run, STAGE) / SUMMARY_FILE
-    if not path.exists() or not lio.rejection_path(run, STAGE, 0).exists():
-        return None
-    return json.loads(path.read_text())
+@dataclass
+class EarlierPool:
+    summary: dict[str, Any]  # the finished ingest's `_summary.json`
+    added: list[str]  # the sources after its list
+    earlier_ids: dict[str, str]  # image id -> source of every image ingested before
 
 
 def new_sources(run: Path, earlier: list[str], sources: list[str]) -> list[str]:
@@ -54,57 +45,58 @@ def new_sources(run: Path, earlier: list[str], sources: list[str]) -> list[str]:
     return sources[len(earlier) :]
 
 
-def _earlier_ids(run: Path, shards: int) -> dict[str, str]:
-    """Image id -> source of every image ingested before."""
+def earlier_pool(run: Path, stage: str, sources: list[str]) -> EarlierPool | None:
+    """The finished ingest of `run` when `sources` appends to its list, else None. Finished: its
+    rejections shard 0 (written last by a whole ingest) and its summary exist."""
+    path = lio.stage_dir(run, stage) / SUMMARY_FILE
+    if not path.exists() or not lio.rejection_path(run, stage, 0).exists():
+        return None
+    summary = json.loads(path.read_text())
+    added = new_sources(run, summary["sources"], sources)
+    if not added:
+        return None
     ids: dict[str, str] = {}
-    for index in range(shards):
-        table = pq.read_table(lio.shard_path(run, STAGE, index), columns=["image_id", "source"])
+    for index in range(int(summary["shards"])):
+        table = pq.read_table(lio.shard_path(run, stage, index), columns=["image_id", "source"])
         ids.update(zip(table.column("image_id").to_pylist(), table.column("source").to_pylist(), strict=True))
-    return ids
+    return EarlierPool(summary, added, ids)
 
 
-def _rejection_shards(earlier: dict, size: int) -> int:
+def _rejection_shards(earlier: dict[str, Any], size: int) -> int:
     """Rejection files the earlier ingest wrote (summaries before appends did not say: by count)."""
     if "rejection_shards" in earlier:
         return int(earlier["rejection_shards"])
     return max(1, -(-sum(earlier["rejected"].values()) // size))
 
 
-def append_new_sources(run: Path, config: PipelineConfig) -> IngestSummary | None:
-    """Ingest the sources appended since the finished ingest in `run`; None when there are none."""
-    earlier = _earlier_summary(run)
-    sources = checked_sources(config.ingest.sources, config)
-    added = new_sources(run, earlier["sources"], sources) if earlier else []
-    if not added:
-        return None
-    run = run.absolute()
-    (lio.stage_dir(run, STAGE) / lio.SUCCESS_MARKER).unlink(missing_ok=True)
-    summary = IngestSummary(run=run, sources=added)
-    started = time.monotonic()
-    items: list = []
-    outcomes = _process(_numbered(added, config, items, summary), items, run, config)
-    kept, rejections = _collect(outcomes, items, config, started, _earlier_ids(run, earlier["shards"]))
-    summary.seconds = time.monotonic() - started
-    size, first = config.shard_size, int(earlier["shards"])
-    accepted = kept.sorted_table()
+def write_appended(
+    run: Path,
+    stage: str,
+    size: int,
+    accepted: pa.Table,
+    rejections: list[Rejection],
+    summary: Any,
+    pool: EarlierPool,
+) -> None:
+    """New shards and rejection files after the earlier ones, then the grown summary (the commit)."""
+    first, earlier = int(pool.summary["shards"]), pool.summary
     new_shards = list(shards_of(accepted, size)) if len(accepted) else []
     for offset, rows in enumerate(new_shards):
-        lio.write_table(lio.shard_path(run, STAGE, first + offset), rows)
-    _remove_stale(lio.stage_dir(run, STAGE), "part-", first + len(new_shards))
+        lio.write_table(lio.shard_path(run, stage, first + offset), rows)
+    remove_stale(lio.stage_dir(run, stage), "part-", first + len(new_shards))
     first_rejections = _rejection_shards(earlier, size)
     chunks = [rejections[i : i + size] for i in range(0, len(rejections), size)]
     for offset, chunk in enumerate(chunks):
-        lio.write_rejections(run, STAGE, first_rejections + offset, chunk)
-    _remove_stale(run / lio.REJECTIONS_DIR, f"{STAGE}-part-", first_rejections + len(chunks))
+        lio.write_rejections(run, stage, first_rejections + offset, chunk)
+    remove_stale(run / lio.REJECTIONS_DIR, f"{stage}-part-", first_rejections + len(chunks))
     summary.accepted, summary.shards = len(accepted), len(new_shards)
     summary.rejected = Counter(r.reason for r in rejections)
     grown = {
-        "sources": [*earlier["sources"], *added],
+        "sources": [*earlier["sources"], *pool.added],
         "accepted": earlier["accepted"] + summary.accepted,
         "rejected": dict(sorted((Counter(earlier["rejected"]) + summary.rejected).items())),
         "skipped": dict(sorted((Counter(earlier["skipped"]) + summary.skipped).items())),
         "shards": first + len(new_shards),
         "rejection_shards": first_rejections + len(chunks),
     }
-    lio.atomic_write_json(lio.stage_dir(run, STAGE) / SUMMARY_FILE, grown)  # the commit point
-    return summary
+    lio.atomic_write_json(lio.stage_dir(run, stage) / SUMMARY_FILE, grown)  # the commit point

@@ -133,7 +133,9 @@ def _earlier_pools(config: PipelineConfig, order: list[str]) -> list[dict[str, d
         return []
     pools = []
     for k in range(1, len(sources)):
-        fewer = {name: {**i, APPENDABLE: sources[:k]} if APPENDABLE in i else i for name, i in inputs_of.items()}
+        fewer = {
+            name: {**i, APPENDABLE: sources[:k]} if APPENDABLE in i else i for name, i in inputs_of.items()
+        }
         pools.append(_chain(fewer))
     return pools
 
@@ -156,6 +158,13 @@ def describe_change(old: dict[str, Any], new: dict[str, Any]) -> str:
         if before.get(key, "<unset>") != after.get(key, "<unset>")
     ]
     return "; ".join(changes) if changes else "the settings of an earlier stage"
+
+
+def recorded_settings(run: str | Path, order: list[str]) -> dict[str, dict[str, Any] | None]:
+    """Per stage: what it recorded (`{}` for a stage on disk from before the guard), None when the
+    stage is not on disk."""
+    run = Path(run)
+    return {s: (_recorded(run, s) or {}) if io.stage_dir(run, s).exists() else None for s in order}
 
 
 def _recorded(run: Path, stage: str) -> dict[str, Any] | None:
