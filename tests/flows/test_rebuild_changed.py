@@ -158,7 +158,8 @@ def test_a_killed_regeneration_resumes(built, simulator, tmp_path):
 
 
 def test_ten_new_images_send_only_their_own_calls_and_keep_every_split(built, simulator, tmp_path):
-    """One more source: eight new pictures, a near copy of a test image and one of a train image.
+    """One more source: eight new pictures, a near copy of a test image and one of a train image
+    (larger, so the survivor rule alone would keep the copies).
     Only the new images are ingested and asked about; every earlier image keeps its split; the
     copy of the test image never reaches train."""
     run = copy_run(built["run"], tmp_path / "run")
