@@ -90,6 +90,9 @@ def test_a_lowered_caption_maximum_rebuilds_from_rules_reusing_every_unchanged_a
     before = calls(simulator)
     build(path, rebuild_changed=True)
     sent = sent_since(simulator, before)
+    print(
+        f"lowered caption maximum: {sum(sent.values())} calls sent, the build sent {sum(built['sent'].values())}"
+    )
     lost = _lost_a_caption(run)
     asked = {(key.split(":")[1], key.split(":")[2]) for key in sent}
     assert {key.split(":")[0] for key in sent} <= {"validate", "visual_validate"}
@@ -117,6 +120,7 @@ def test_a_changed_validator_setting_sends_only_validator_calls(built, simulator
     before = calls(simulator)
     build(write_config(tmp_path / "config.yaml", changed), rebuild_changed=True)
     sent = sent_since(simulator, before)
+    print(f"changed validator setting: {dict(Counter(k.split(':')[0] for k in sent))} calls sent")
     assert {key.split(":")[0] for key in sent} <= {"validate", "visual_validate"}
     assert len([k for k in sent if k.startswith("validate:")]) == len(
         [k for k in built["sent"] if k.startswith("validate:")]
@@ -181,6 +185,7 @@ def test_ten_new_images_send_only_their_own_calls_and_keep_every_split(built, si
     assert done["dedupe"]["earlier_decisions"] == {"kept_as_they_were": len(ingest), "new_images": 10}
     assert not (run / io.REPLACED_DIR).exists()
     sent = sent_since(simulator, before)
+    print(f"ten new images: {dict(Counter(k.split(':')[0] for k in sent))} calls sent")
     now = io.read_stage(run, "ingest")
     new_ids = set(now["image_id"]) - set(ingest.index)
     assert len(new_ids) == 10 and len(now) == len(ingest) + 10
