@@ -46,12 +46,12 @@ def _hand_off(deployment: str, export_dir: str) -> str:
 
 
 def run_all_stages(
-    config: PipelineConfig, run: GuardedRun, stop_after: str | None = None
+    config: PipelineConfig, run: GuardedRun, stop_after: str | None = None, rebuild_changed: bool = False
 ) -> list[dict[str, Any]]:
     order = pipeline_order(config)
     if stop_after and stop_after not in order:
         raise ParameterError(f"stop_after={stop_after!r} is not a stage; stages: {', '.join(order)}")
-    run.check_all(config)  # before any work: no stage mixes old and new settings
+    run.check_all(config, rebuild_changed)  # before any work: no stage mixes old and new settings
     summaries = []
     try:
         with one_cluster_per_build(config) as staged:
@@ -80,6 +80,7 @@ def build_dataset(
     stop_after: StageName | None = None,
     train_deployment: str | None = None,
     overrides: dict[str, Any] | None = None,
+    rebuild_changed: bool = False,
 ) -> Any:
     """Build the Lenses dataset: ingest, dedupe, filter, split, generate, rule checks, validation, export.
 
@@ -92,12 +93,16 @@ def build_dataset(
         train_deployment: After export, start this deployment (e.g. train-retriever/h200x8).
         overrides: Config fields over the file and the LENSES__ environment, nested as in the YAML,
             e.g. {"shard_size": 500}.
+        rebuild_changed: On a run directory whose settings changed, redo the first changed stage and
+            every later one (old outputs moved to <run_dir>/_replaced/, their model answers reused);
+            off: such a rerun stops with the changed settings named.
     """
 
     def body() -> dict[str, Any]:
         config = load_run_config(config_path, run_dir, overrides)
         with guarded_run(config.run_dir, current_flow_run_id()) as run:
-            return _build(run, _prepare_sources(config, sample), simulate, stop_after, train_deployment)
+            config = _prepare_sources(config, sample)
+            return _build(run, config, simulate, stop_after, train_deployment, rebuild_changed)
 
     with lenses_logs_to_run():
         return run_explained(body)
@@ -118,6 +123,7 @@ def _build(
     simulate: bool,
     stop_after: str | None,
     train_deployment: str | None,
+    rebuild_changed: bool = False,
 ) -> dict[str, Any]:
     logger = get_run_logger()
     if simulate:
@@ -125,9 +131,9 @@ def _build(
 
         with simulated_models(config) as simulated_config:
             logger.warning("SIMULATED RUN: every model answer comes from the built-in simulator")
-            summaries = run_all_stages(simulated_config, run, stop_after)
+            summaries = run_all_stages(simulated_config, run, stop_after, rebuild_changed)
     else:
-        summaries = run_all_stages(config, run, stop_after)
+        summaries = run_all_stages(config, run, stop_after, rebuild_changed)
     result: dict[str, Any] = {"run_dir": config.run_dir, "stages": summaries, "simulated": simulate}
     judge_yields(config, result)  # before any hand-off: never train on a funnel that emptied out
     export_dir = str(Path(config.run_dir) / "export")

@@ -41,6 +41,8 @@ def _loaded_pandas() -> Any:
 
 SUCCESS_MARKER = "_SUCCESS.json"
 REJECTIONS_DIR = "rejections"
+# Outputs a `--rebuild-changed` moved aside: RUN/_replaced/<settings digest>/ (lenses_data.stages.rebuild).
+REPLACED_DIR = "_replaced"
 
 
 class StageIncompleteError(RuntimeError):

@@ -24,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--yields",
         choices=("run", "paper"),
-        default="run",
+        default=None,
         help="funnel shares: the run's, or the paper's Table 1 (105,669 of ~1M selected, 5,500 test)",
     )
     parser.add_argument("--nodes", type=int, default=4, help="GPU nodes (default 4)")
@@ -46,6 +46,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--config", help="pipeline config: its models and candidates_per_image replace the run's"
+    )
+    parser.add_argument(
+        "--rebuild-changed",
+        action="store_true",
+        help="with --config (the changed config): per stage, what `lenses run --rebuild-changed` would keep, "
+        "extend or rebuild and how many calls it would send or reuse, in GPU-hours at the paper's scale "
+        "(1M candidates at Table 1's yields unless --candidates/--yields say otherwise)",
     )
     training = parser.add_mutually_exclusive_group()
     training.add_argument(
@@ -113,6 +120,10 @@ def handle(args: argparse.Namespace) -> int:
     from lenses_data.plan import PlanError, build_plan, load_table
 
     options: dict[str, Any] = {"answers_per_image": args.answers_per_image}
+    config = None
+    if args.rebuild_changed and not args.config:
+        print("error: --rebuild-changed needs --config (the changed config)", file=sys.stderr)
+        return 2
     if args.config:
         from lenses_data.config import ConfigError, load_config
 
@@ -127,8 +138,8 @@ def handle(args: argparse.Namespace) -> int:
         table = load_table(args.throughput, _overrides(args))
         plan = build_plan(
             args.run,
-            candidates=args.candidates,
-            yields=args.yields,
+            candidates=args.candidates or (_paper_candidates() if args.rebuild_changed else None),
+            yields=args.yields or ("paper" if args.rebuild_changed else "run"),
             nodes=args.nodes,
             gpus_per_node=args.gpus_per_node,
             table=table,
@@ -138,6 +149,8 @@ def handle(args: argparse.Namespace) -> int:
     except (PlanError, ValueError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if args.rebuild_changed:
+        return _print_regeneration(args, config, plan)
     payload = json.dumps(plan.model_dump(mode="json"), indent=2)
     if args.json_out == "-":
         print(payload)
@@ -146,6 +159,38 @@ def handle(args: argparse.Namespace) -> int:
     if args.json_out:
         Path(args.json_out).write_text(payload + "\n", encoding="utf-8")
         print(f"\nplan JSON: {args.json_out}")
+    return 0
+
+
+def _paper_candidates() -> float:
+    from lenses_data.config.simulator import PAPER
+
+    return float(PAPER["candidates"])
+
+
+def _print_regeneration(args: argparse.Namespace, config: Any, plan: Any) -> int:
+    """`--rebuild-changed`: the regeneration table (and its JSON), then the full build's plan."""
+    from lenses_data.plan.regenerate import format_regeneration, priced, regeneration
+    from lenses_data.stages.registry import pipeline_order
+    from lenses_data.stages.settings_guard import assess_run, recorded_settings
+
+    changed = config.model_copy(update={"run_dir": args.run})
+    order = pipeline_order(changed)
+    judged = assess_run(args.run, changed, order)
+    stages = priced(regeneration(order, judged, recorded_settings(args.run, order), plan.run_stats), plan)
+    if args.json_out:
+        payload = {
+            "regeneration": [s.model_dump(mode="json") for s in stages],
+            "plan": plan.model_dump(mode="json"),
+        }
+        text = json.dumps(payload, indent=2)
+        if args.json_out == "-":
+            print(text)
+            return 0
+        Path(args.json_out).write_text(text + "\n", encoding="utf-8")
+    print(format_regeneration(stages, plan))
+    print()
+    print(format_plan(plan))
     return 0
 
 

@@ -23,7 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="run the whole pipeline (build-dataset flow) in-process",
         description=f"Run {' -> '.join(commands)} with Prefect's local engine (no Prefect server needed). "
         "A rerun of the same configuration resumes: finished shards and answered model calls are reused; "
-        "a rerun whose settings change what a stage on disk produced stops with exit code 2. "
+        "a rerun whose settings change what a stage on disk produced stops with exit code 2, unless "
+        "--rebuild-changed; sources appended to ingest.sources add only the new images. "
         "A terminal shows one progress line per stage, warnings and a final funnel (stage, in, out, "
         "rejected); -v shows every log line; the full log goes to RUN/logs/run-*.log. "
         "A stage whose rejection share leaves its band (config `yields`: e.g. validate discarding more "
@@ -49,6 +50,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--stop-after",
         choices=commands,
         help="stop after this stage, e.g. dedupe",
+    )
+    parser.add_argument(
+        "--rebuild-changed",
+        action="store_true",
+        help="on a run directory whose settings changed, redo the first changed stage and every later "
+        "one; the earlier stages are kept, the old outputs are moved to RUN/_replaced/<settings digest>/ "
+        "and their model answers are reused by request (without it such a rerun exits with code 2)",
     )
     parser.add_argument(
         "--accept-yield",
@@ -95,6 +103,7 @@ def handle(args: argparse.Namespace) -> int:
         "sample": args.sample,
         "simulate": args.sample or args.simulate,
         "stop_after": args.stop_after.replace("-", "_") if args.stop_after else None,
+        "rebuild_changed": args.rebuild_changed,
     }
     if args.accept_yield:
         params["overrides"] = {"yields": {"accept": True}}

@@ -59,6 +59,7 @@ class ModelClient:
         self.last_progress: Progress | None = None
         self.simulated_answers = 0  # answers from the lenses simulator over this client's life
         self.closed = False  # close() ran: the stage that owned this client is done with it
+        self._earlier: dict[str, Any] = {}  # stage -> its answers moved aside by a rebuild (or None)
 
     @classmethod
     def from_config(
@@ -81,13 +82,21 @@ class ModelClient:
         if self.journal is not None:
             raise RuntimeError("a shard journal is already open on this client: one shard at a time")
         refuse_single_file_journal(self.journal_root)
-        self.journal = ShardJournal(path, self.config.journal.fsync)
+        self.journal = ShardJournal(path, self.config.journal.fsync, self._earlier_answers(path.parent.name))
         try:
             yield
         finally:
             journal, self.journal = self.journal, None
             if journal is not None:  # None: closed under the shard (`close`), which wrote it already
                 journal.close()
+
+    def _earlier_answers(self, stage: str) -> Any:
+        """`stage`'s answers in RUN/_replaced (a `--rebuild-changed` moved them), read once per client."""
+        if stage not in self._earlier and self.journal_root is not None:
+            from lenses_data.models.earlier_answers import earlier_answers
+
+            self._earlier[stage] = earlier_answers(self.journal_root.parent, stage)
+        return self._earlier.get(stage)
 
     def close(self) -> None:
         """Close the open journal (its buffered answers are written first)."""

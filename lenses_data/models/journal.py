@@ -50,6 +50,10 @@ class JournalEntry:
     created: float = field(default_factory=time.time)
 
 
+class EarlierLookup(Protocol):
+    def get(self, request_hash: str) -> JournalEntry | None: ...
+
+
 class Journal(Protocol):
     def get(self, request_hash: str) -> JournalEntry | None: ...
 
@@ -90,10 +94,12 @@ def _ends_torn(path: Path) -> bool:
 class ShardJournal:
     """The journal of one shard: one append-only JSON-lines file, owned by the task of that shard."""
 
-    def __init__(self, path: Path, fsync: bool = False) -> None:
+    def __init__(self, path: Path, fsync: bool = False, earlier: EarlierLookup | None = None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._fsync = fsync
+        # Answers of this stage's journals moved aside by a rebuild (models.earlier_answers).
+        self._earlier = earlier
         self._index: dict[str, JournalEntry] = {}
         if path.exists():
             _load_jsonl(path, self._index)
@@ -104,7 +110,13 @@ class ShardJournal:
         self._buffer: list[str] = []
 
     def get(self, request_hash: str) -> JournalEntry | None:
-        return self._index.get(request_hash)
+        """This shard's answer; else an earlier one, copied in (the journal stays whole on its own)."""
+        entry = self._index.get(request_hash)
+        if entry is None and self._earlier is not None:
+            entry = self._earlier.get(request_hash)
+            if entry is not None:
+                self.append([entry])
+        return entry
 
     def put(self, entry: JournalEntry) -> None:
         self.put_many([entry])

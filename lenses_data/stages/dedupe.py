@@ -33,6 +33,7 @@ from lenses_data.schemas import (
 )
 from lenses_data.stages.base import ShardStats, check_columns, summarize
 from lenses_data.stages.global_base import GlobalStage
+from lenses_data.stages.rebuild import EARLIER_OUTPUT, EARLIER_REJECTIONS, drop_earlier, earlier_file
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,18 @@ def read_summary(run: str | Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
+def _with_earlier_decisions(run: Path, result: Any) -> Any:
+    """Sources appended to a built run: every earlier image keeps its decision (dedupe/earlier.py)."""
+    earlier = earlier_file(run, STAGE, EARLIER_OUTPUT)
+    if earlier is None:
+        return result
+    from lenses_data.dedupe.earlier import keep_earlier
+
+    rejected = earlier_file(run, STAGE, EARLIER_REJECTIONS)
+    old_rejections = io.read_shard(rejected, Rejection) if rejected else pd.DataFrame(columns=["image_id"])
+    return keep_earlier(result, io.read_shard(earlier, DedupeRecord), old_rejections)
+
+
 class DedupeStage(GlobalStage):
     """Global stage: all images are compared with each other, so there is one shard (0)."""
 
@@ -101,7 +114,7 @@ class DedupeStage(GlobalStage):
 
         frame = load_candidates(run, self.config)
         check_columns(STAGE, frame, self.reads, "input (ingest)", exact=False)
-        result = find_duplicates(frame, self.config.dedupe)
+        result = _with_earlier_decisions(run, find_duplicates(frame, self.config.dedupe))
         check_columns(STAGE, result.records, self.writes, f"output shard {shard}", exact=True)
         folder = io.stage_dir(run, STAGE)
         if result.embeddings is not None:
@@ -113,6 +126,7 @@ class DedupeStage(GlobalStage):
         rejections = pd.DataFrame(result.rejections, columns=list(Rejection.model_fields))
         io.write_table(io.rejection_path(run, STAGE, shard), _table(rejections, Rejection))
         io.write_table(io.shard_path(run, STAGE, shard), _table(result.records, DedupeRecord))
+        drop_earlier(run, STAGE)  # kept in the shard just written
         reasons = rejections["reason"].value_counts().to_dict()
         return ShardStats(
             stage=STAGE,

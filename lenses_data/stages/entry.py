@@ -7,7 +7,7 @@ and none runs beside another live run on the same directory. No Prefect: the flo
 flow-run id for the lock's owner file.
 
     with guarded_run(config.run_dir, flow_run_id) as run:   # a build: every stage on disk checked
-        run.check_all(config)
+        run.check_all(config)                               # rebuild_changed=True: redo changed stages
         for stage in order:
             run.begin(stage)                                # records RUN/<stage>/_SETTINGS.json
             ...
@@ -40,8 +40,14 @@ from typing import Any
 from lenses_data.config import ConfigError, PipelineConfig
 from lenses_data.publish.yields import judge_yields
 from lenses_data.runlock import run_directory_lock
+from lenses_data.stages.rebuild import finish_pending, replace_stages, uncommit
 from lenses_data.stages.registry import open_stage, pipeline_order
-from lenses_data.stages.settings_guard import check_run_settings, check_stage_settings, record_stage_settings
+from lenses_data.stages.settings_guard import (
+    assess_run,
+    changed_error,
+    check_stage_settings,
+    record_stage_settings,
+)
 
 
 def known_order(config: PipelineConfig) -> list[str]:
@@ -60,19 +66,33 @@ class GuardedRun:
     def __init__(self, run_dir: str | os.PathLike[str]) -> None:
         self.run = Path(run_dir)
         self._checked: dict[str, dict[str, Any]] = {}
+        self._extend: set[str] = set()
 
-    def check_all(self, config: PipelineConfig) -> None:
-        """A build: every stage on disk must have been made with `config`'s settings."""
-        self._checked = check_run_settings(self.run, config, known_order(config))
+    def check_all(self, config: PipelineConfig, rebuild_changed: bool = False) -> None:
+        """A build: every stage on disk must have been made with `config`'s settings, or from fewer
+        of its sources (extended). With `rebuild_changed`, the first stage made with other settings
+        and every later one are moved aside and redone (lenses_data.stages.rebuild)."""
+        order = known_order(config)
+        finish_pending(self.run)
+        assessment = assess_run(self.run, config, order)
+        if assessment.changed and rebuild_changed:
+            replace_stages(self.run, assessment.replaced, (assessment.recorded or {}).get("digest", ""))
+            assessment = assess_run(self.run, config, order)
+        if assessment.changed:
+            raise changed_error(self.run, order, assessment)
+        self._checked, self._extend = assessment.expected, set(assessment.extend)
 
     def check_stage(self, stage: str, config: PipelineConfig) -> None:
         """One stage on its own: its outputs and the next stage's must match `config`'s settings."""
         self._checked = {stage: check_stage_settings(self.run, config, known_order(config), stage)}
 
     def begin(self, stage: str) -> None:
-        """Record the stage's checked settings before its first shard is written."""
+        """Record the stage's checked settings before its first shard is written (a stage made from
+        fewer sources first loses its commit point, so it runs again over the grown input)."""
         if stage not in self._checked:
             raise RuntimeError(f"stage {stage} started before its settings were checked")
+        if stage in self._extend:
+            uncommit(self.run, stage)
         record_stage_settings(self.run, self._checked[stage])
 
 

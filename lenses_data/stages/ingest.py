@@ -31,12 +31,12 @@ from lenses_data.config import PipelineConfig
 from lenses_data.schemas import CandidateImage, Rejection
 from lenses_data.stages.base import ShardStats, check_columns
 from lenses_data.stages.global_base import GlobalStage
+from lenses_data.stages.ingest_append import earlier_pool, write_appended
 from lenses_data.stages.ingest_exec import DecodePool, LazyClient, Progress, batched, ordered
-from lenses_data.stages.ingest_rows import METADATA_FIELDS, KeptImages, shards_of
+from lenses_data.stages.ingest_rows import METADATA_FIELDS, SUMMARY_FILE, KeptImages, remove_stale, shards_of
 
 STAGE = "ingest"
 EXACT_DUPLICATE = "exact_duplicate"
-SUMMARY_FILE = "_summary.json"  # leading underscore: Parquet readers of the folder skip it
 log = logging.getLogger(__name__)
 
 
@@ -48,6 +48,7 @@ class IngestSummary:
     rejected: Counter = field(default_factory=Counter)
     skipped: Counter = field(default_factory=Counter)
     shards: int = 0
+    rejection_shards: int = 0
     seconds: float = 0.0
 
     def stats(self) -> dict[str, Any]:
@@ -57,6 +58,7 @@ class IngestSummary:
             "rejected": dict(sorted(self.rejected.items())),
             "skipped": dict(sorted(self.skipped.items())),
             "shards": self.shards,
+            "rejection_shards": self.rejection_shards,
         }
 
     def format(self) -> str:
@@ -120,6 +122,24 @@ def ingest_sources(sources: Iterable[str], run: str | Path, config: PipelineConf
     return summary
 
 
+def append_sources(run: Path, config: PipelineConfig) -> IngestSummary | None:
+    """The sources appended to `ingest.sources` since the finished ingest in `run`, ingested alone
+    into new shards after the earlier ones (lenses_data.stages.ingest_append); None when none was."""
+    pool = earlier_pool(run, STAGE, checked_sources(config.ingest.sources, config))
+    if pool is None:
+        return None
+    run = run.absolute()
+    (lio.stage_dir(run, STAGE) / lio.SUCCESS_MARKER).unlink(missing_ok=True)
+    summary = IngestSummary(run=run, sources=pool.added)
+    started = time.monotonic()
+    items: list[SourceItem | None] = []
+    outcomes = _process(_numbered(pool.added, config, items, summary), items, run, config)
+    kept, rejections = _collect(outcomes, items, config, started, pool.earlier_ids)
+    summary.seconds = time.monotonic() - started
+    write_appended(run, STAGE, config.shard_size, kept.sorted_table(), rejections, summary, pool)
+    return summary
+
+
 def _numbered(
     sources: list[str], config: PipelineConfig, items: list[SourceItem], summary: IngestSummary
 ) -> Iterator[int]:
@@ -169,9 +189,15 @@ def _download(client: LazyClient, seq: int, item: SourceItem, ing: Any) -> dict:
 
 
 def _collect(
-    outcomes: Iterator[dict], items: list[SourceItem | None], config: PipelineConfig, started: float
+    outcomes: Iterator[dict],
+    items: list[SourceItem | None],
+    config: PipelineConfig,
+    started: float,
+    earlier: dict[str, str] | None = None,
 ) -> tuple[KeptImages, list[Rejection]]:
-    """Turn outcomes into rows; the first occurrence of an image id wins (input order)."""
+    """Turn outcomes into rows; the first occurrence of an image id wins (input order), and an image
+    ingested before (`earlier`: image id -> source, when sources are appended) wins over both."""
+    earlier = earlier or {}
     kept = KeptImages()
     rejections: list[Rejection] = []
     progress = Progress(config.ingest.progress_every_n, config.ingest.progress_every_s, started)
@@ -180,10 +206,15 @@ def _collect(
         items[outcome["seq"]] = None  # done with it: `items` must not grow with the whole run
         if not outcome["ok"]:
             rejections.append(_rejection(item, outcome))
-        elif outcome["image_id"] in kept:
+        elif outcome["image_id"] in kept or outcome["image_id"] in earlier:
             image_id = outcome["image_id"]
-            kept.fill_missing_metadata(image_id, {f: getattr(item, a) for f, a in METADATA_FIELDS.items()})
-            message = f"same bytes as image {image_id} from {kept.source_of(image_id)} (kept)"
+            if image_id in earlier:
+                message = f"same bytes as image {image_id} from {earlier[image_id]} (ingested before, kept)"
+            else:
+                kept.fill_missing_metadata(
+                    image_id, {f: getattr(item, a) for f, a in METADATA_FIELDS.items()}
+                )
+                message = f"same bytes as image {image_id} from {kept.source_of(image_id)} (kept)"
             rejections.append(
                 Rejection(
                     stage=STAGE,
@@ -252,24 +283,17 @@ def _write(
     for index, rows in enumerate(shards_of(accepted, size)):
         lio.write_table(lio.shard_path(run, STAGE, index), rows)
         shards += 1
-    _remove_stale(lio.stage_dir(run, STAGE), "part-", shards)
+    remove_stale(lio.stage_dir(run, STAGE), "part-", shards)
     chunks = [rejections[i : i + size] for i in range(0, len(rejections), size)] or [[]]
     for index in range(len(chunks) - 1, 0, -1):
         lio.write_rejections(run, STAGE, index, chunks[index])
-    _remove_stale(run / lio.REJECTIONS_DIR, f"{STAGE}-part-", len(chunks))
+    remove_stale(run / lio.REJECTIONS_DIR, f"{STAGE}-part-", len(chunks))
     summary.accepted = len(accepted)
     summary.rejected = Counter(r.reason for r in rejections)
     summary.shards = shards
+    summary.rejection_shards = len(chunks)
     lio.atomic_write_json(lio.stage_dir(run, STAGE) / SUMMARY_FILE, summary.stats())
     lio.write_rejections(run, STAGE, 0, chunks[0])
-
-
-def _remove_stale(folder: Path, prefix: str, keep: int) -> None:
-    """A rerun with fewer shards must not leave old ones behind (pandas reads the whole folder)."""
-    for path in folder.glob(f"{prefix}*.parquet"):
-        index = path.name[len(prefix) :].split(".")[0]
-        if index.isdigit() and int(index) >= keep:
-            path.unlink()
 
 
 class IngestStage(GlobalStage):
@@ -293,12 +317,19 @@ class IngestStage(GlobalStage):
         "ingest.folder_skip_suffixes",
     )
     input_stage = None
+    appends_sources = True  # sources appended to the list are added as new shards (ingest_append)
     reads = ()  # no input frame: the images come from the configured sources
     sources_setting = "ingest.sources"  # the config path naming those sources
     writes = tuple(CandidateImage.model_fields)
 
+    def process_shard(self, run: Path, shard: int) -> ShardStats:
+        appended = append_sources(Path(run), self.config)  # None: no source was appended
+        return self._stats(shard, appended) if appended else super().process_shard(run, shard)
+
     def run_shard(self, run: Path, shard: int) -> ShardStats:
-        summary = ingest_sources(self.config.ingest.sources, run, self.config)
+        return self._stats(shard, ingest_sources(self.config.ingest.sources, run, self.config))
+
+    def _stats(self, shard: int, summary: IngestSummary) -> ShardStats:
         log.info("%s", summary.format())
         rejected = sum(summary.rejected.values())
         return ShardStats(

@@ -10,6 +10,7 @@ duplicate check. Rows wait in a small buffer of objects and are converted a batc
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -26,6 +27,7 @@ METADATA_FIELDS: dict[str, str] = {
     "artist": "artist",
 }
 _BATCH_ROWS = 2048
+SUMMARY_FILE = "_summary.json"  # ingest's counts; leading underscore: Parquet readers of the folder skip it
 
 
 class KeptImages:
@@ -108,3 +110,11 @@ def shards_of(table: pa.Table, size: int) -> Iterator[pa.Table]:
         return
     for start in range(0, len(table), size):
         yield table.slice(start, size)
+
+
+def remove_stale(folder: Path, prefix: str, keep: int) -> None:
+    """A rerun with fewer shards must not leave old ones behind (pandas reads the whole folder)."""
+    for path in folder.glob(f"{prefix}*.parquet"):
+        index = path.name[len(prefix) :].split(".")[0]
+        if index.isdigit() and int(index) >= keep:
+            path.unlink()

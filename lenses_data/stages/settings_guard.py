@@ -5,9 +5,12 @@ decide its output. When a stage starts, the values and their digest go to `RUN/<
 (written before its first shard, so a half-finished stage is covered too). A stage's digest also
 holds the digest of the stage before it, so a stage whose input changed differs as well.
 
-Before a build does any work, `check_run_settings` compares every stage already on disk with the
-current settings and stops at the first one that differs (a `SettingsChanged`, a config error:
-exit code 2 from `lenses run` and every stage command). A stage run on its own
+Before a build does any work, `assess_run` compares every stage already on disk with the current
+settings: the same; made from the first k of today's sources (sources appended: the stage is
+extended with the new images, `APPENDABLE`); or other settings. `check_run_settings` stops at the
+first stage with other settings (a `SettingsChanged`, a config error: exit code 2 from `lenses run`
+and every stage command); with `--rebuild-changed` the entry moves that stage and every later one
+aside instead (lenses_data.stages.rebuild) and redoes them. A stage run on its own
 (`check_stage_settings`) is compared with its own outputs and the next stage's; the stages before it
 are only read. Run directories written before this guard (no file) are accepted with one warning.
 Callers go through `lenses_data.stages.entry`, which holds the run lock around the check.
@@ -18,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +45,11 @@ RUNTIME_ONLY = frozenset(
         "dedupe.clip_decode_workers",
     }
 )
+
+
+# The one setting that may grow without redoing a stage: sources appended at the end of the list add
+# candidates (ingest appends shards; dedupe and split keep every earlier decision).
+APPENDABLE = "ingest.sources"
 
 
 class SettingsChanged(ConfigError):
@@ -79,12 +88,20 @@ def _in_run(value: Any, prefixes: tuple[str, ...]) -> Any:
     return value
 
 
+def _prefixes(run: Path) -> tuple[str, ...]:
+    return tuple(dict.fromkeys([str(run.resolve()), str(run.absolute()), str(run)]))
+
+
+def in_run_form(value: Any, run: str | Path) -> Any:
+    """`value` with paths inside `run` written `RUN/...`, as the settings records hold them."""
+    return _in_run(value, _prefixes(Path(run)))
+
+
 def stage_inputs(name: str, config: PipelineConfig) -> dict[str, Any]:
     """The readable settings that decide stage `name`'s output, one dotted key per value."""
     from lenses_data.stages.registry import stage_class
 
-    run = Path(config.run_dir)
-    prefixes = tuple(dict.fromkeys([str(run.resolve()), str(run.absolute()), str(run)]))
+    prefixes = _prefixes(Path(config.run_dir))
     out: dict[str, Any] = {}
     # Required of every stage: one without it is refused here, before anything is written.
     for path in declared_output_settings(stage_class(name)):
@@ -99,14 +116,34 @@ def _digest(payload: Any) -> str:
 
 def expected_settings(config: PipelineConfig, order: list[str]) -> dict[str, dict[str, Any]]:
     """Per stage in run order: its inputs, the previous stage's digest and its own digest."""
+    return _chain({name: stage_inputs(name, config) for name in order})
+
+
+def _chain(inputs_of: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     expected: dict[str, dict[str, Any]] = {}
     upstream = ""
-    for name in order:
-        inputs = stage_inputs(name, config)
+    for name, inputs in inputs_of.items():
         digest = _digest({"inputs": inputs, "upstream": upstream})
         expected[name] = {"stage": name, "digest": digest, "upstream": upstream, "inputs": inputs}
         upstream = digest
     return expected
+
+
+def _earlier_pools(config: PipelineConfig, order: list[str]) -> list[dict[str, dict[str, Any]]]:
+    """The settings each stage recorded when the run had only the first k of today's sources
+    (k = 1 .. n-1): a stage on disk matching one was made from an earlier, smaller pool, and is
+    extended with the new images instead of being redone (`APPENDABLE`)."""
+    inputs_of = {name: stage_inputs(name, config) for name in order}
+    sources = next((i[APPENDABLE] for i in inputs_of.values() if APPENDABLE in i), None)
+    if not isinstance(sources, list):
+        return []
+    pools = []
+    for k in range(1, len(sources)):
+        fewer = {
+            name: {**i, APPENDABLE: sources[:k]} if APPENDABLE in i else i for name, i in inputs_of.items()
+        }
+        pools.append(_chain(fewer))
+    return pools
 
 
 def settings_path(run: str | Path, stage: str) -> Path:
@@ -129,18 +166,31 @@ def describe_change(old: dict[str, Any], new: dict[str, Any]) -> str:
     return "; ".join(changes) if changes else "the settings of an earlier stage"
 
 
+def recorded_settings(run: str | Path, order: list[str]) -> dict[str, dict[str, Any] | None]:
+    """Per stage: what it recorded (`{}` for a stage on disk from before the guard), None when the
+    stage is not on disk."""
+    run = Path(run)
+    return {s: (_recorded(run, s) or {}) if io.stage_dir(run, s).exists() else None for s in order}
+
+
 def _recorded(run: Path, stage: str) -> dict[str, Any] | None:
     path = settings_path(run, stage)
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def _changed(run: Path, order: list[str], stage: str, why: str) -> SettingsChanged:
+def _changed(run: Path, order: list[str], stage: str, why: str, *, build: bool = False) -> SettingsChanged:
     position = order.index(stage)
     later = [f"{run / s}" for s in order[position + 1 :] if io.stage_dir(run, s).exists()]
     remove = " ".join([str(run / stage), *later])
+    rebuild = (
+        "rerun with --rebuild-changed (flow parameter rebuild_changed) to redo it and the stages after it "
+        f"here (the old outputs are moved to {run / io.REPLACED_DIR}), "
+        if build
+        else ""
+    )
     return SettingsChanged(
         f"stage {stage} in {run} was produced with other settings: {why}. "
-        f"Use a new run directory, or delete {remove} to redo it with the new settings"
+        f"Use a new run directory, {rebuild}or delete {remove} to redo it with the new settings"
     )
 
 
@@ -154,25 +204,63 @@ def _warn_unrecorded(run: Path, unrecorded: list[str]) -> None:
         )
 
 
-def check_run_settings(
-    run: str | Path, config: PipelineConfig, order: list[str]
-) -> dict[str, dict[str, Any]]:
-    """Raise `SettingsChanged` for the first stage on disk made with other settings; warn about old dirs.
+@dataclass
+class RunAssessment:
+    """What a build finds on a run directory, before any work (`assess_run`)."""
 
-    Returns what each stage of `order` records when it starts (`expected_settings`)."""
+    expected: dict[str, dict[str, Any]]  # what each stage of the order records when it starts
+    extend: list[str] = field(default_factory=list)  # made from fewer sources: new images are added
+    changed: str | None = None  # the first stage on disk made with other settings
+    change: str = ""  # what differs there (`describe_change`)
+    replaced: list[str] = field(default_factory=list)  # `changed` and every stage after it
+    recorded: dict[str, Any] | None = None  # what `changed` recorded (its old digest names the old outputs)
+
+
+def assess_run(run: str | Path, config: PipelineConfig, order: list[str]) -> RunAssessment:
+    """Judge every stage on disk against `config`: the same settings, made from an earlier pool of
+    fewer sources (extended), or other settings (the first such stage and all after it must be
+    redone). Stages not started, or started without outputs, are never judged."""
     run = Path(run)
     expected = expected_settings(config, order)
-    unrecorded = []
+    assessment = RunAssessment(expected)
+    unrecorded: list[str] = []
+    pools: list[dict[str, dict[str, Any]]] | None = None
     for name in order:
         if not _has_outputs(run, name):
             continue
         old = _recorded(run, name)
         if old is None:
             unrecorded.append(name)
-        elif old.get("digest") != expected[name]["digest"]:
-            raise _changed(run, order, name, describe_change(old, expected[name]))
+            continue
+        if old.get("digest") == expected[name]["digest"]:
+            continue
+        pools = _earlier_pools(config, order) if pools is None else pools
+        if any(old.get("digest") == pool[name]["digest"] for pool in pools):
+            assessment.extend.append(name)
+            continue
+        assessment.changed, assessment.recorded = name, old
+        assessment.change = describe_change(old, expected[name])
+        assessment.replaced = order[order.index(name) :]
+        break
     _warn_unrecorded(run, unrecorded)
-    return expected
+    return assessment
+
+
+def check_run_settings(
+    run: str | Path, config: PipelineConfig, order: list[str]
+) -> dict[str, dict[str, Any]]:
+    """Raise `SettingsChanged` for the first stage on disk made with other settings; warn about old dirs.
+
+    Returns what each stage of `order` records when it starts (`expected_settings`)."""
+    assessment = assess_run(run, config, order)
+    if assessment.changed:
+        raise changed_error(run, order, assessment)
+    return assessment.expected
+
+
+def changed_error(run: str | Path, order: list[str], assessment: RunAssessment) -> SettingsChanged:
+    """The refusal of a build that found `assessment.changed` (naming `--rebuild-changed`)."""
+    return _changed(Path(run), order, str(assessment.changed), assessment.change, build=True)
 
 
 def _alone_entry(run: Path, config: PipelineConfig, order: list[str], stage: str) -> dict[str, Any]:

@@ -11,6 +11,8 @@ depends only on the ids and the seed; test is filled first, then valid, each up 
 count (a unit that would overflow a split goes on to the next split), the rest is train. Targets
 are counts, or fractions of the input rounded to the nearest image (`SplitConfig.sizes`).
 
+Sources appended to a built run: every earlier assignment is kept (`extend_splits`).
+
 Outputs: RUN/split/part-00000.parquet (SplitAssignment; group_id is the split group),
 RUN/split/leakage.json (cross-split pairs by signal and tier: zero by construction, checked).
 """
@@ -28,6 +30,7 @@ from lenses_data.config.dedupe import SplitConfig
 from lenses_data.schemas import SPLIT_NAMES, DedupeRecord, FilterDecision, SplitAssignment
 from lenses_data.stages.base import ShardStats, check_columns, summarize
 from lenses_data.stages.global_base import GlobalStage
+from lenses_data.stages.rebuild import EARLIER_OUTPUT, drop_earlier, earlier_file
 
 STAGE = "split"
 LEAKAGE = "leakage.json"
@@ -58,11 +61,17 @@ def load_survivors(run: Path, config: SplitConfig) -> tuple[pd.DataFrame, str]:
 def assign_splits(frame: pd.DataFrame, config: SplitConfig) -> pd.DataFrame:
     """frame: image_id, unit -> image_id, group_id, split (whole units per split)."""
     n_valid, n_test = config.sizes(len(frame))
+    chosen = _deal(frame, config.seed, {"test": n_test, "valid": n_valid}, {"test": 0, "valid": 0})
+    out = pd.DataFrame({"image_id": frame["image_id"], "group_id": frame["unit"]})
+    out["split"] = frame["unit"].map(chosen)
+    return out.sort_values("image_id", ignore_index=True)
+
+
+def _deal(frame: pd.DataFrame, seed: str, targets: dict[str, int], filled: dict[str, int]) -> dict[str, str]:
+    """Units in hash order: test first, then valid, each up to its target; the rest is train."""
     sizes = frame.groupby("unit").size()
-    keys = {u: hashlib.sha256(f"{config.seed}|{u}".encode()).hexdigest() for u in sizes.index}
+    keys = {u: hashlib.sha256(f"{seed}|{u}".encode()).hexdigest() for u in sizes.index}
     order = sorted(sizes.index, key=lambda u: (keys[u], u))
-    targets = {"test": n_test, "valid": n_valid}
-    filled = {"test": 0, "valid": 0}
     chosen: dict[str, str] = {}
     for unit in order:
         size = int(sizes[unit])
@@ -70,8 +79,29 @@ def assign_splits(frame: pd.DataFrame, config: SplitConfig) -> pd.DataFrame:
         if split != "train":
             filled[split] += size
         chosen[unit] = split
-    out = pd.DataFrame({"image_id": frame["image_id"], "group_id": frame["unit"]})
-    out["split"] = frame["unit"].map(chosen)
+    return chosen
+
+
+def extend_splits(frame: pd.DataFrame, earlier: pd.DataFrame, config: SplitConfig) -> pd.DataFrame:
+    """`assign_splits` over a grown pool that keeps every earlier assignment (sources appended).
+
+    An image assigned before keeps its split and group. A new image whose unit (split group) holds
+    an earlier image joins that unit's split: a new near neighbour of a test image is a test image.
+    Units with no earlier image are dealt as `assign_splits` deals, toward the targets of the grown
+    pool, counting what is already in each split."""
+    split_of = dict(zip(earlier["image_id"], earlier["split"].astype(str), strict=True))
+    unit_split = dict(zip(earlier["group_id"], earlier["split"].astype(str), strict=True))
+    group_of = dict(zip(earlier["image_id"], earlier["group_id"], strict=True))
+    known = frame["image_id"].isin(split_of)
+    joins = ~known & frame["unit"].isin(unit_split)
+    split = frame["image_id"].map(split_of).where(known, frame["unit"].map(unit_split))
+    n_valid, n_test = config.sizes(len(frame))
+    filled = {name: int((split == name).sum()) for name in ("test", "valid")}
+    fresh = frame[~known & ~joins]
+    chosen = _deal(fresh, config.seed, {"test": n_test, "valid": n_valid}, filled)
+    split = split.where(known | joins, frame["unit"].map(chosen))
+    group = frame["image_id"].map(group_of).where(known, frame["unit"])
+    out = pd.DataFrame({"image_id": frame["image_id"], "group_id": group, "split": split})
     return out.sort_values("image_id", ignore_index=True)
 
 
@@ -103,7 +133,11 @@ class SplitStage(GlobalStage):
         from lenses_data.dedupe.pairs import read_pairs
 
         survivors, source = load_survivors(run, self.config.split)
-        assignment = assign_splits(survivors, self.config.split)
+        earlier = earlier_file(run, STAGE, EARLIER_OUTPUT)  # sources appended: keep what was assigned
+        if earlier is None:
+            assignment = assign_splits(survivors, self.config.split)
+        else:
+            assignment = extend_splits(survivors, io.read_shard(earlier, SplitAssignment), self.config.split)
         report = leakage_report(assignment, read_pairs(run))
         if report["total_cross_split"]:
             raise LeakageError(f"split would leak linked pairs across splits: {report['cross_split']}")
@@ -120,6 +154,7 @@ class SplitStage(GlobalStage):
         io.write_rejections(run, STAGE, shard, [])
         check_columns(STAGE, assignment, self.writes, f"output shard {shard}", exact=True)
         io.write_shard(run, STAGE, shard, assignment, SplitAssignment)
+        drop_earlier(run, STAGE)
         return ShardStats(STAGE, shard, len(assignment), len(assignment), 0, extra=stats)
 
     def finish(self, run: Path, shards: list[int], stats: list[ShardStats]) -> dict[str, Any]:

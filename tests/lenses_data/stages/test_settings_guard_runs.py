@@ -92,8 +92,9 @@ def test_a_changed_setting_stops_at_its_stage_naming_old_new_and_every_folder_to
         check_run_settings(tmp_path, _config(tmp_path, split={"seed": "b"}), order)
     assert str(stopped.value) == (
         f'stage split in {tmp_path} was produced with other settings: split.seed "a" -> "b". '
-        f"Use a new run directory, or delete {tmp_path / 'split'} {tmp_path / 'generate'} "
-        "to redo it with the new settings"
+        "Use a new run directory, rerun with --rebuild-changed (flow parameter rebuild_changed) to redo it "
+        f"and the stages after it here (the old outputs are moved to {tmp_path / '_replaced'}), or delete "
+        f"{tmp_path / 'split'} {tmp_path / 'generate'} to redo it with the new settings"
     )
     _record(tmp_path, "split", _config(tmp_path, split={"seed": "b"}), order)
     assert json.loads(settings_path(tmp_path, "split").read_text())["inputs"]["split.seed"] == "b"
