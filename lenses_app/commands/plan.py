@@ -163,7 +163,7 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def _paper_candidates() -> float:
-    from lenses_data.config.simulator import PAPER
+    from lenses_data.config.paper import PAPER
 
     return float(PAPER["candidates"])
 
