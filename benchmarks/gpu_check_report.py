@@ -23,11 +23,11 @@ def _rehearsal_row(name: str, r: dict) -> str:
         if peak
         else f"n/a (CPU estimate {mem.get('estimated_bytes', 0) / GIB:.2f} GiB)"
     )
-    on = {
-        k: v
-        for k, v in r.get("speed", {}).items()
-        if k != "compile_backend" and v not in (False, 0, 1) or v is True
-    }
+
+    def is_on(key: str, value) -> bool:  # booleans on; counts above their off value (length_chunks: 1)
+        return value is True or (type(value) is int and value > (1 if key == "length_chunks" else 0))
+
+    on = {k: v for k, v in r.get("speed", {}).items() if is_on(k, v)}
     speed = ", ".join(k if v is True else f"{k}={v}" for k, v in on.items()) or "none"
     return (
         f"| {name} | {speed} | {r['seconds_per_micro_batch']:.3f} | {r['images_per_s']:.2f} | "
