@@ -97,7 +97,7 @@ mutation: install
 # (gitignored; ~19 MiB, carried to the machine). `make gpu-check` (there) installs them into
 # /tmp/gpu-site, ahead of the machine's own packages, and runs the check into $OUT (or runs/gpu-check).
 GPU_WHEELS_DIR ?= .gpu-wheels
-GPU_WHEEL_NAMES := pydantic pydantic_core annotated-types typing-inspection typing_extensions open_clip_torch ftfy wcwidth transformers peft
+GPU_WHEEL_NAMES := pydantic pydantic_core annotated-types typing-inspection typing_extensions open_clip_torch ftfy wcwidth regex transformers peft
 GPU_WHEELS = $(foreach n,$(GPU_WHEEL_NAMES),$(shell grep -i '^$(n)==' constraints.txt))
 GPU_CHECK_ARGS ?=
 GPU_PY ?= python3
