@@ -56,7 +56,13 @@ def _total_time(event, cuda: bool) -> float:
 
 
 def summarize(events, cuda: bool, wall_s: float, top: int = 15) -> dict:
-    """Top operators by self time and the shares of the named phases and operator classes."""
+    """Top operators by self time and the shares of the named phases and operator classes.
+
+    Only host-side events count: an operator's self device time is that of the kernels it launched,
+    and the kernels' own entries (and the GPU-side copies of the phase ranges) would count it twice."""
+    from torch.autograd import DeviceType
+
+    events = [e for e in events if getattr(e, "device_type", DeviceType.CPU) == DeviceType.CPU]
     ops = [e for e in events if not e.key.startswith("lenses::") and _self_time(e, cuda) > 0]
     busy = sum(_self_time(e, cuda) for e in ops)  # microseconds
     ranked = sorted(ops, key=lambda e: _self_time(e, cuda), reverse=True)[:top]
