@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: install run test lint bench postgres mutation
+.PHONY: install run test lint bench postgres mutation gpu-wheels gpu-check
 
 install: $(STAMP)
 
@@ -90,3 +90,26 @@ MUTATION_ARGS ?=
 mutation: install
 	@if [ -z "$(MODULE)" ]; then $(PY) tools/mutation.py --help; exit 2; fi
 	$(PY) tools/mutation.py $(MUTATION_ARGS) $(MODULE)
+
+# The GPU check (benchmarks/gpu_check.py, docs/training.md#the-gpu-check). A lent GPU machine has
+# torch but no network: `make gpu-wheels` (here, with PyPI) downloads the wheels it lacks, at this
+# project's pins (constraints.txt), for its Python 3.12 on manylinux x86_64, into GPU_WHEELS_DIR
+# (gitignored; ~19 MiB, carried to the machine). `make gpu-check` (there) installs them into
+# /tmp/gpu-site, ahead of the machine's own packages, and runs the check into $OUT (or runs/gpu-check).
+GPU_WHEELS_DIR ?= .gpu-wheels
+GPU_WHEEL_NAMES := pydantic pydantic_core annotated-types typing-inspection typing_extensions open_clip_torch ftfy wcwidth regex transformers peft
+GPU_WHEELS = $(foreach n,$(GPU_WHEEL_NAMES),$(shell grep -i '^$(n)==' constraints.txt))
+GPU_CHECK_ARGS ?=
+GPU_PY ?= python3
+
+gpu-wheels:
+	python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	  -d $(GPU_WHEELS_DIR) $(GPU_WHEELS)
+	du -sh $(GPU_WHEELS_DIR)
+
+gpu-check:
+	if ls $(GPU_WHEELS_DIR)/*.whl >/dev/null 2>&1; then \
+	  $(GPU_PY) -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gpu-site $(GPU_WHEELS_DIR)/*.whl; \
+	fi
+	PYTHONPATH=/tmp/gpu-site:$(CURDIR) PYTHONUNBUFFERED=1 $(GPU_PY) benchmarks/gpu_check.py --out $${OUT:-runs/gpu-check} $(GPU_CHECK_ARGS)

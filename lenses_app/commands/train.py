@@ -37,11 +37,18 @@ def _rehearsal_arguments(parser: argparse.ArgumentParser) -> None:
         "Time the configured training step on this machine before a long run: the retriever built from "
         "the model directory's config.json with random weights on the device (no weight files, no export "
         "needed), synthetic micro-batches of the real shapes, warm-up then timed micro-batches. Prints "
-        "seconds per micro-batch, images/s, tokens/s, peak memory, estimated MFU and the recipe's wall time "
-        "and GPU-hours on --gpus GPUs. Exit 2 when the batch does not fit, naming the largest that does.",
+        "seconds per micro-batch, images/s, tokens/s, peak memory, model and hardware FLOPs (MFU, HFU) and "
+        "the recipe's wall time and GPU-hours on --gpus GPUs. Exit 2 when the model or the batch does not "
+        "fit, naming the largest batch that does.",
     )
     group.add_argument("--rehearse", action="store_true", help="rehearse instead of training")
-    group.add_argument("--gpus", type=int, default=8, help="GPUs of the projected run (default 8)")
+    group.add_argument(
+        "--gpus",
+        type=int,
+        default=8,
+        help="GPUs of the projected run (default 8); the recipe's global batch (images_per_batch x accum_steps "
+        "x optim.recipe_gpus) is kept and the accumulation changes",
+    )
     group.add_argument("--warmup", type=int, default=1, help="warm-up micro-batches (default 1)")
     group.add_argument(
         "--rehearse-steps",
@@ -52,7 +59,8 @@ def _rehearsal_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--images-per-step",
         type=int,
-        help="images per optimizer step of the projected recipe (default: images_per_batch x accum_steps x --gpus)",
+        help="another recipe's images per optimizer step (default: the config's, images_per_batch x "
+        "accum_steps x optim.recipe_gpus)",
     )
     group.add_argument(
         "--recipe-steps", type=int, help="optimizer steps of the projected recipe (default optim.max_steps)"
@@ -60,7 +68,13 @@ def _rehearsal_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--worst-case",
         action="store_true",
-        help="max_prompts_per_image prompts and max_caption_tokens captions (default: typical, ~6 prompts)",
+        help="max_prompts_per_image prompts and max_caption_tokens captions (default: prompts per image "
+        "drawn from the paper's distribution, so batches pad as real ones do)",
+    )
+    group.add_argument(
+        "--prompts-per-image",
+        type=int,
+        help="the same number of prompts for every image instead of the drawn ones (no padding between them)",
     )
     group.add_argument(
         "--peak-tflops", type=float, help="the card's dense bf16 peak (known: H100, H200, A100)"
@@ -90,7 +104,9 @@ def _rehearse(args: argparse.Namespace, cfg) -> int:
         gpus=args.gpus,
         warmup=args.warmup,
         steps=args.rehearse_steps,
-        shape=Shape.worst_case(cfg.data) if args.worst_case else Shape(),
+        shape=Shape.worst_case(cfg.data)
+        if args.worst_case
+        else Shape(prompts_per_image=args.prompts_per_image),
         images_per_step=args.images_per_step,
         recipe_steps=args.recipe_steps,
         peak_tflops=args.peak_tflops,

@@ -9,7 +9,10 @@ slightly different network. So the activation is decided here, in this order:
 2. a model name whose open_clip config already has it (`ViT-L-14-quickgelu`);
 3. the checkpoint itself: OpenAI's TorchScript release, a state dict carrying OpenAI's metadata
    entries (`input_resolution`, `context_length`, `vocab_size`), an `open_clip_config.json` beside
-   it (Hugging Face open_clip repositories) stating `quick_gelu`, or a file name containing "openai";
+   it (Hugging Face open_clip repositories) stating `quick_gelu`, or "openai" in the file name or in
+   the name of the model directory holding it (`timm/vit_large_patch14_clip_224.openai/
+   open_clip_pytorch_model.bin`, or the hub cache's `models--timm--vit_large_patch14_clip_224.openai/
+   snapshots/<hash>/...`, where the file name itself is generic);
 4. otherwise GELU.
 
 The decision and its reason go to the dedupe summary.
@@ -79,6 +82,14 @@ def _sidecar_quick_gelu(path: Path) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
+def model_directory(path: Path) -> Path:
+    """The directory that names the model: the file's own, or in the Hugging Face hub cache
+    (`models--org--name/snapshots/<hash>/file`) the repository's directory above the snapshot."""
+    if path.parent.parent.name == "snapshots":
+        return path.parent.parent.parent
+    return path.parent
+
+
 def checkpoint_activation(path: str | Path) -> Activation | None:
     """What the checkpoint file says about its activation; None when it says nothing."""
     path = Path(path)
@@ -91,6 +102,9 @@ def checkpoint_activation(path: str | Path) -> Activation | None:
         return Activation(sidecar, f"{path.parent / 'open_clip_config.json'} sets quick_gelu={sidecar}")
     if "openai" in path.name.lower():
         return Activation(True, "checkpoint file name names OpenAI weights")
+    directory = model_directory(path)
+    if "openai" in directory.name.lower():  # only the model's own directory, not every parent
+        return Activation(True, f"checkpoint's model directory {directory.name} names OpenAI weights")
     return None
 
 

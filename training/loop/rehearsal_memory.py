@@ -41,11 +41,24 @@ def _bytes(t: torch.Tensor) -> int:
 
 
 class MemoryTracker:
-    def __init__(self, device: torch.device, model: torch.nn.Module, optimizer, budget_gib: float | None):
-        self.device, self.model, self.optimizer = device, model, optimizer
+    """Entered before the model is built (the CUDA cap then covers the weights too); `attach` the
+    model and optimizer once they exist."""
+
+    def __init__(self, device: torch.device, budget_gib: float | None):
+        self.device, self.model, self.optimizer = device, None, None
         self.budget = budget_gib * GIB if budget_gib else None
         self.saved = 0  # bytes of activations saved in the current forward
         self.estimate_peak = 0
+
+    def attach(self, model: torch.nn.Module, optimizer) -> None:
+        """The built model: on the CPU its weights, gradients and state alone are checked against
+        the budget (on CUDA an allocation over the cap has already failed while building)."""
+        self.model, self.optimizer = model, optimizer
+        if self.device.type != "cuda" and self.budget and self.static_bytes() > self.budget:
+            raise DoesNotFit(
+                f"the model alone, {self.static_bytes() / GIB:.3g} GiB of weights and fp32 gradients, is over "
+                f"the {self.budget / GIB:.3g} GiB --memory-budget-gib cap before any batch"
+            )
 
     # ---- context: the CUDA cap is lifted whatever happens ------------------------------------
     def __enter__(self) -> MemoryTracker:

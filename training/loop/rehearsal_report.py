@@ -1,21 +1,17 @@
-"""The rehearsal's figures: throughput, estimated MFU and the recipe's projection (no torch here).
+"""The rehearsal's figures: throughput, MFU and HFU, and the recipe's projection (no torch here).
 
-FLOPs per micro-batch (an estimate; documented in docs/training.md):
+FLOPs per micro-batch (rehearsal_flops, derived in docs/training.md#flops-per-micro-batch):
+model FLOPs count what the step needs (real tokens, no recompute, nothing for the frozen tower's
+backward) and are the basis of MFU; hardware FLOPs count what the GPU runs (padded tokens,
+activation checkpointing's recompute as configured, the tower's backward when it has a graph) and
+are the basis of HFU. Attention's O(L^2) products are left out of both (~10% at ~3,000 tokens).
+MFU = model FLOPs / seconds per micro-batch / the card's dense bf16 peak; HFU the same with
+hardware FLOPs.
 
-    6 x N_lm x lm_tokens  +  2 x N_vision x vision_tokens
-
-N_lm: language-model and projector parameters without the token embedding (a lookup, no
-matmul); lm_tokens: the real (unpadded) tokens of the micro-batch's image and caption inputs.
-6 = forward 2 + backward 4, the usual count for a trained path. Here the LM weights are frozen
-(LoRA), so the weight-gradient half of the backward is skipped, but gradient checkpointing
-recomputes the forward (2), so 6 N stays the hardware count to within LoRA's share. The vision
-tower is frozen and before every trainable weight: forward only, 2 N per patch token.
-Attention's O(L^2) FLOPs are left out (an underestimate of ~10% at ~3,000-token inputs).
-MFU = FLOPs per micro-batch / seconds per micro-batch / the card's dense bf16 peak.
-
-Projection of a recipe on G GPUs: each optimizer step takes `images_per_step` images; one GPU
-does a micro-batch of `images_per_batch`, so a step is images_per_step / (images_per_batch x G)
-micro-batches per GPU (the accumulation steps) and
+Projection of a recipe on G GPUs: the recipe's optimizer step takes `images_per_step` images (its
+global batch: images_per_batch x accum_steps x optim.recipe_gpus, unless --images-per-step names
+another recipe); one GPU does a micro-batch of `images_per_batch`, so a step is images_per_step /
+(images_per_batch x G) micro-batches per GPU (the accumulation on G GPUs) and
 
     wall = steps x accumulation x seconds per micro-batch,    GPU-hours = wall x G.
 
@@ -31,11 +27,16 @@ from lenses_data.plan.training import project_training
 
 GIB = 1024**3
 
-# Dense (not sparse) bf16 tensor-core peaks from NVIDIA's data sheets, in FLOP/s; matched by name.
+# Dense bf16 tensor-core peaks, in FLOP/s, matched by device name (first match wins). NVIDIA's data
+# sheets print the peak with 2:4 sparsity and say the dense figure is half of it: H100 SXM 1,979 ->
+# 989, H100 PCIe 1,513 -> 756, H100 NVL 1,671 -> 835 (H100 Tensor Core GPU datasheet); H200 SXM
+# 1,979 -> 989, H200 NVL 1,671 -> 835 (H200 datasheet); A100 312 dense (A100 datasheet).
 KNOWN_PEAKS: tuple[tuple[str, float], ...] = (
+    ("H200 NVL", 835e12),
     ("H200", 989e12),
+    ("H100 NVL", 835e12),
     ("H100 PCIe", 756e12),
-    ("H100", 989e12),  # SXM and NVL
+    ("H100", 989e12),  # SXM ("NVIDIA H100 80GB HBM3")
     ("A100", 312e12),
 )
 
@@ -52,7 +53,7 @@ def known_peak_flops(device_name: str) -> float | None:
 class ParamCounts:
     total: int
     trainable: int
-    lm: int  # language model + projector, token embedding left out
+    lm: int  # language-model decoder layers (LoRA included) and the projector that runs
     vision: int
 
 
@@ -67,11 +68,11 @@ class Measured:
     lm_tokens: float  # real tokens per micro-batch (image + caption inputs)
     image_input_tokens: float  # mean real tokens of one image input
     caption_tokens: float  # mean real tokens of one caption input
-    vision_tokens: float  # CLIP patch tokens per micro-batch (tiles x patches)
-
-
-def flops_per_micro_batch(params: ParamCounts, m: Measured) -> float:
-    return 6.0 * params.lm * m.lm_tokens + 2.0 * params.vision * m.vision_tokens
+    vision_tokens: float  # CLIP tokens per micro-batch (tiles x (patches + CLS))
+    lm_padded_tokens: float = 0.0  # tokens the decoder computes (padded widths, per length chunk)
+    patch_tokens: float = 0.0  # tiles x patches (the projector's inputs)
+    prompts_per_image: float = 0.0  # mean prompts per image input
+    image_input_padded_tokens: float = 0.0  # mean padded width of the image inputs
 
 
 @dataclass(frozen=True)
@@ -92,22 +93,35 @@ def project(seconds_per_micro: float, images_per_batch: int, steps: int, images_
     return Projection(gpus, steps, images_per_step, accumulation, wall_h, gpu_h)
 
 
-def throughput(params: ParamCounts, m: Measured, peak_flops: float | None) -> dict:
-    """Seconds per micro-batch, images/s, tokens/s, achieved TFLOP/s and MFU (None without a peak)."""
+def throughput(flops: dict, m: Measured, peak_flops: float | None) -> dict:
+    """Seconds per micro-batch, images/s, tokens/s, achieved TFLOP/s, MFU and HFU (None without a
+    peak); `flops` is rehearsal_flops.flops_per_micro_batch's {"model": ..., "hardware": ...}."""
     sec = m.seconds / m.micro_batches
-    flops = flops_per_micro_batch(params, m)
+    model, hardware = flops["model"]["total"], flops["hardware"]["total"]
     return {
         "seconds_per_micro_batch": sec,
         "images_per_s": m.images_per_batch / sec,
         "tokens_per_s": m.lm_tokens / sec,
-        "flops_per_micro_batch": flops,
-        "achieved_tflops": flops / sec / 1e12,
+        "model_flops_per_micro_batch": model,
+        "hardware_flops_per_micro_batch": hardware,
+        "achieved_model_tflops": model / sec / 1e12,
+        "achieved_hardware_tflops": hardware / sec / 1e12,
         "peak_tflops": peak_flops / 1e12 if peak_flops else None,
-        "mfu": flops / sec / peak_flops if peak_flops else None,
+        "mfu": model / sec / peak_flops if peak_flops else None,
+        "hfu": hardware / sec / peak_flops if peak_flops else None,
+        "flops_breakdown": flops,
     }
 
 
-def report_dict(meta: dict, params: ParamCounts, m: Measured, memory: dict, peak_flops, proj) -> dict:
+FLOPS_FORMULA = (
+    "model: 4 N_lm_base x real LM tokens + 6 N_lora x real LM tokens + (6 N_proj - 2 N_proj_first) x patches "
+    "+ 2 N_vision x vision tokens; hardware: the same on padded tokens, + 2 N x tokens of every "
+    "checkpointed layer's recompute, + the frozen tower's backward when it has a graph; attention's "
+    "O(L^2) products left out of both (docs/training.md#flops-per-micro-batch)"
+)
+
+
+def report_dict(meta: dict, params: ParamCounts, m: Measured, memory: dict, peak_flops, proj, flops) -> dict:
     """The rehearsal's JSON (schema lenses-train-rehearsal/1); `lenses plan` reads it."""
     return {
         "schema": "lenses-train-rehearsal/1",
@@ -115,10 +129,10 @@ def report_dict(meta: dict, params: ParamCounts, m: Measured, memory: dict, peak
         "fits": True,
         "params": asdict(params),
         "measured": asdict(m),
-        **throughput(params, m, peak_flops),
+        **throughput(flops, m, peak_flops),
         "memory": memory,
         "projection": asdict(proj),
-        "flops_formula": "6 x N_lm x lm_tokens + 2 x N_vision x vision_tokens (attention left out)",
+        "flops_formula": FLOPS_FORMULA,
         "not_included": "cross-GPU communication (gradient all-reduce, negative gathering): one process",
     }
 
@@ -129,19 +143,45 @@ def _gib(value) -> str:
     return f"{value / GIB:.1f} GiB" if value >= GIB else f"{value / 1024**2:.1f} MiB"
 
 
+def _utilisation(r: dict, key: str) -> str:
+    return f"{r[key]:.1%} of {r['peak_tflops']:.0f} TFLOP/s" if r[key] is not None else "n/a (no peak)"
+
+
+def _recipe_line(r: dict) -> str:
+    """What the projection keeps: the recipe's global batch, whatever --gpus is."""
+    rec, p = r.get("recipe"), r["projection"]
+    if rec is None:
+        return ""
+    if rec["source"] != "config":
+        return (
+            f"  another recipe (--images-per-step): {p['images_per_step']:,} images per step, not the "
+            f"config's {rec['configured_images_per_step']:,}"
+        )
+    if p["gpus"] == rec["configured_gpus"]:
+        return f"  the recipe's global batch: {p['images_per_step']:,} images per step, as configured"
+    return (
+        f"  the recipe's global batch is kept: {p['images_per_step']:,} images per step, written for "
+        f"{rec['configured_gpus']} GPUs x {rec['configured_accum_steps']} accumulation steps; on {p['gpus']} "
+        f"GPU(s) that is {p['accumulation']:g} accumulation steps (--images-per-step for another recipe)"
+    )
+
+
 def format_report(r: dict) -> str:
     """The report a user reads (the JSON carries the same figures)."""
     m, p, mem = r["measured"], r["projection"], r["memory"]
-    mfu = f"{r['mfu']:.1%} of {r['peak_tflops']:.0f} TFLOP/s" if r["mfu"] is not None else "n/a (no peak)"
     lines = [
         f"rehearsal on {r['device']} ({r['dtype']}, checkpointing {r['checkpointing']}): "
         f"{m['images_per_batch']} images + {m['captions_per_batch']} captions per micro-batch, "
-        f"~{m['image_input_tokens']:,.0f} tokens per image input, ~{m['caption_tokens']:,.0f} per caption",
+        f"~{m['prompts_per_image']:.1f} prompts per image, ~{m['image_input_tokens']:,.0f} tokens per image "
+        f"input (padded to ~{m['image_input_padded_tokens']:,.0f}), ~{m['caption_tokens']:,.0f} per caption",
         f"timed {m['micro_batches']} micro-batches after {r['warmup_micro_batches']} warm-up",
         f"  seconds per micro-batch  {r['seconds_per_micro_batch']:.3f}",
         f"  images/s                 {r['images_per_s']:.2f}",
         f"  tokens/s                 {r['tokens_per_s']:,.0f}",
-        f"  estimated TFLOP/s        {r['achieved_tflops']:.3g} (MFU {mfu})",
+        f"  model FLOPs              {r['model_flops_per_micro_batch']:.3g} per micro-batch: "
+        f"{r['achieved_model_tflops']:.3g} TFLOP/s, MFU {_utilisation(r, 'mfu')} (estimated)",
+        f"  hardware FLOPs           {r['hardware_flops_per_micro_batch']:.3g} per micro-batch (padding and "
+        f"recompute included): {r['achieved_hardware_tflops']:.3g} TFLOP/s, HFU {_utilisation(r, 'hfu')}",
     ]
     if mem["kind"] == "cuda":
         lines.append(
@@ -158,9 +198,17 @@ def format_report(r: dict) -> str:
         f"projection: {p['steps']:,} steps x {p['images_per_step']:,} images on {p['gpus']} GPU(s) "
         f"({p['accumulation']:g} micro-batches per GPU per step): "
         f"{p['wall_hours']:,.1f} h wall, {p['gpu_hours']:,.1f} GPU-hours",
+        _recipe_line(r),
         f"  ({r['not_included']} not included)",
     ]
-    return "\n".join(lines)
+    return "\n".join(line for line in lines if line)
+
+
+def model_refusal_text(reason: str) -> str:
+    return (
+        f"refused: the model itself does not fit this card ({reason}). No micro-batch size helps: a card "
+        "with more memory, or fewer weights on it, is needed."
+    )
 
 
 def refusal_text(images: int, reason: str, largest: int | None) -> str:

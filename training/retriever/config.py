@@ -137,6 +137,13 @@ class OptimConfig(_Section):
     grad_clip: float = 1.0
     accum_steps: int = 4
     max_steps: int = 10_000
+    recipe_gpus: int = Field(
+        default=8,
+        ge=1,
+        description="GPUs the recipe is written for (paper: 8); its global batch is images_per_batch x "
+        "accum_steps x recipe_gpus images per optimizer step, which `lenses train --rehearse --gpus G` "
+        "keeps by changing the accumulation",
+    )
 
 
 class RunConfig(_Section):

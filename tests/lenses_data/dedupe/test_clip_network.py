@@ -126,6 +126,39 @@ def test_open_clip_sidecar_config_decides(small_config, state_dict, tmp_path) ->
     assert _activations(model) == {"QuickGELU"} and "open_clip_config.json" in activation.reason
 
 
+@pytest.mark.parametrize(
+    "layout",
+    [
+        "timm/vit_large_patch14_clip_224.openai",  # a Hugging Face repository downloaded as a folder
+        "hub/models--timm--vit_large_patch14_clip_224.openai/snapshots/0123abcd",  # the hub cache
+    ],
+)
+def test_openai_model_directory_decides_without_sidecar(small_config, state_dict, tmp_path, layout) -> None:
+    """The file name is generic and no open_clip_config.json lies beside it: the directory names OpenAI."""
+    folder = tmp_path / "weights" / layout
+    folder.mkdir(parents=True)
+    checkpoint = folder / "open_clip_pytorch_model.bin"
+    torch.save(state_dict, checkpoint)
+    model, _, activation = load_model(_config(small_config, checkpoint), "cpu")
+    assert _activations(model) == {"QuickGELU"}
+    assert "vit_large_patch14_clip_224.openai" in activation.reason and "directory" in activation.reason
+
+
+def test_only_the_model_directory_counts(small_config, state_dict, tmp_path) -> None:
+    """A non-OpenAI model under a folder that happens to say openai, and a hub snapshot of a LAION
+    model, stay GELU: only the directory that names the model is read."""
+    for layout in (
+        "openai-mirror/laion/CLIP-ViT-L-14-laion2B",
+        "hub/models--laion--CLIP-ViT-L-14/snapshots/ab12",
+    ):
+        folder = tmp_path / "w" / layout
+        folder.mkdir(parents=True)
+        checkpoint = folder / "open_clip_pytorch_model.bin"
+        torch.save(state_dict, checkpoint)
+        model, _, activation = load_model(_config(small_config, checkpoint), "cpu")
+        assert _activations(model) == {"GELU"} and not activation.quick_gelu, layout
+
+
 def test_quick_gelu_model_name_cannot_be_switched_off(small_config, state_dict, tmp_path) -> None:
     import open_clip
 
