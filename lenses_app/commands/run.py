@@ -51,6 +51,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="stop after this stage, e.g. dedupe",
     )
     parser.add_argument(
+        "--reuse-answers-from",
+        action="append",
+        metavar="RUN_DIR",
+        help="an earlier run directory whose journaled model answers this run reuses instead of asking "
+        "again (same served model, request, sampling, seed and image); repeatable. Sets "
+        "models.reuse_answers_from; failures are asked again",
+    )
+    parser.add_argument(
         "--accept-yield",
         action="store_true",
         help="accept a stage whose rejection share left its band (`yields.accept`): report it, exit 0",
@@ -96,8 +104,15 @@ def handle(args: argparse.Namespace) -> int:
         "simulate": args.sample or args.simulate,
         "stop_after": args.stop_after.replace("-", "_") if args.stop_after else None,
     }
+    overrides: dict = {}
     if args.accept_yield:
-        params["overrides"] = {"yields": {"accept": True}}
+        overrides["yields"] = {"accept": True}
+    if args.reuse_answers_from:
+        overrides["models"] = {
+            "reuse_answers_from": [str(Path(r).resolve()) for r in args.reuse_answers_from]
+        }
+    if overrides:
+        params["overrides"] = overrides
     verbose = bool(getattr(args, "verbose", False))
     try:
         run_dir = load_run_config(config_path, args.run_dir, params.get("overrides")).run_dir

@@ -48,6 +48,12 @@ class JournalEntry:
     usage: dict[str, int] = field(default_factory=dict)
     simulated: bool = False
     created: float = field(default_factory=time.time)
+    # The model as its server lists it (models/reuse.served_identity): an answer is reused from
+    # another run only for the same served model. None: not known (older journals, or unlisted).
+    served: str | None = None
+    # Copied from another run's journal (models/reuse.py): that run and its journal file.
+    source_run: str | None = None
+    source_file: str | None = None
 
 
 class Journal(Protocol):
