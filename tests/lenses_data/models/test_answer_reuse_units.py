@@ -15,6 +15,7 @@ from lenses_data.models.client import ModelClient
 from lenses_data.models.journal import read_run_journal, shard_journal_path
 from lenses_data.models.parsing import parse_choice
 from lenses_data.models.reuse import AnswerIndex, forget_indexes, served_identity
+from lenses_data.models.reuse_report import tally_calls
 from lenses_data.models.types import ModelRequest
 from lenses_data.simulator.testing import sim_models_config, sim_stats
 
@@ -90,6 +91,13 @@ def test_another_run_reuses_by_request_in_any_shard_and_copies_the_source(sim_ur
     assert {Path(e.source_file).name for e in copied} == {"part-00000.jsonl", "part-00001.jsonl"}
     assert {e.source_run for e in copied} == {str(first.resolve())}
     assert {e.served for e in copied} == {json.dumps({"id": "simulated/test/filter"}, separators=(",", ":"))}
+    # The card counts the whole run from its journal: this run paid nothing, the first paid its calls.
+    tallies: dict = {}
+    for run in (first, second):
+        tallies[run.name] = {}
+        list(tally_calls(read_run_journal(run), tallies[run.name]))
+    assert tallies["second"] == {"filter": {"calls_sent": 0, "answers_reused": {str(first.resolve()): 4}}}
+    assert tallies["first"] == {"filter": {"calls_sent": before, "answers_reused": {}}}
 
 
 def test_other_sampling_another_seed_or_other_image_content_are_asked_again(sim_url, tmp_path) -> None:
