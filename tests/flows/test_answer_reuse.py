@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from flows.build import build_dataset
+from lenses_data.config.merge import deep_merge
 from lenses_data.config.models import ROLES
 from lenses_data.models.journal import read_run_journal
 from lenses_data.models.reuse import forget_indexes
@@ -53,7 +54,7 @@ def _config(folder: Path, name: str, pool: Path, url: str, **models: object) -> 
     config.update(run_dir=str(folder / name), yields={"accept": True})
     config["ingest"]["sources"] = [str(pool), str(pool / "cc3m.tsv")]
     # No endpoint probe: its requests would be counted with the build's.
-    config["models"] = {**roles, "probe": False, **models}
+    config["models"] = deep_merge({**roles, "probe": False}, models)
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
     return str(path)
