@@ -74,6 +74,12 @@ def stage_journal_files(runs: Sequence[str | os.PathLike[str]], stage: str | Non
     return files
 
 
+def check_sources(runs: Sequence[str | os.PathLike[str]]) -> None:
+    """Raise `ConfigError` for a named source that is not a run directory with a journal, before
+    any work (the index itself is built when a model stage opens its first shard)."""
+    stage_journal_files(runs, stage="-")  # no stage is named "-": checks the folders, lists nothing
+
+
 class AnswerIndex:
     """The successful answers of earlier runs' journals, found by request (see the module doc)."""
 

@@ -14,7 +14,7 @@ from lenses_data.config import ConfigError
 from lenses_data.models.client import ModelClient
 from lenses_data.models.journal import read_run_journal, shard_journal_path
 from lenses_data.models.parsing import parse_choice
-from lenses_data.models.reuse import AnswerIndex, forget_indexes, served_identity
+from lenses_data.models.reuse import AnswerIndex, check_sources, forget_indexes, served_identity
 from lenses_data.models.reuse_report import tally_calls
 from lenses_data.models.types import ModelRequest
 from lenses_data.simulator.testing import sim_models_config, sim_stats
@@ -148,6 +148,11 @@ def test_failures_and_another_served_model_are_never_reused(sim_url, tmp_path) -
 def test_a_run_directory_without_a_journal_is_a_config_error(tmp_path) -> None:
     with pytest.raises(ConfigError, match=r"models.reuse_answers_from: .*nowhere has no journal"):
         AnswerIndex([tmp_path / "nowhere"], "filter")
+    # The build checks its sources before any stage runs (flows.build.run_all_stages).
+    with pytest.raises(ConfigError, match=r"nowhere has no journal"):
+        check_sources([tmp_path / "nowhere"])
+    (tmp_path / "run" / "journal").mkdir(parents=True)
+    check_sources([tmp_path / "run"])
 
 
 def test_the_served_identity_is_the_listed_model_with_its_weights() -> None:
