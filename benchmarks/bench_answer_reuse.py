@@ -90,7 +90,7 @@ def main() -> None:
                 ("full", None, {}, "full"),
                 ("rerun", None, {}, "full"),
                 ("reuse", full, {}, "reuse"),
-                ("rule", full, {"annotate": {"caption_words": {"max": 20}}}, "rule"),
+                ("rule", full, {"annotate": {"caption_words": {"min": 8, "max": 20}}}, "rule"),
                 ("seed", full, {"models": {"validator": {"sampling": {"seed": 7}}}}, "seed"),
             ]
             rows = [build(name, folder, pool, url, reuse, change, run) for name, reuse, change, run in plan]
