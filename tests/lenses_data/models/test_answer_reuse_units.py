@@ -163,3 +163,10 @@ def test_the_served_identity_is_the_listed_model_with_its_weights() -> None:
     served = served_identity(listing, "OpenGVLab/InternVL3_5-38B")
     assert json.loads(served) == {"id": "OpenGVLab/InternVL3_5-38B", "root": "/models/snapshots/abc123"}
     assert served_identity(listing, "missing") is None
+
+
+def test_with_the_probe_on_the_served_model_is_journaled_too(sim_url, tmp_path) -> None:
+    paths = _images(tmp_path / "images", 2)
+    _ask(sim_url, tmp_path / "run", _requests(paths), probe=True)
+    served = {e.served for e in read_run_journal(tmp_path / "run")}
+    assert served == {json.dumps({"id": "simulated/test/filter"}, separators=(",", ":"))}
