@@ -18,6 +18,7 @@ from flows.reporting import publish_funnel
 from flows.runlogs import lenses_logs_to_run
 from flows.stages import run_stage_with_runner
 from lenses_data.config import PipelineConfig
+from lenses_data.models.reuse import check_sources
 from lenses_data.stages.entry import GuardedRun, guarded_run
 from lenses_data.stages.registry import STAGES, pipeline_order
 
@@ -52,6 +53,7 @@ def run_all_stages(
     if stop_after and stop_after not in order:
         raise ParameterError(f"stop_after={stop_after!r} is not a stage; stages: {', '.join(order)}")
     run.check_all(config, rebuild_changed)  # before any work: no stage mixes old and new settings
+    check_sources(config.models.reuse_answers_from)  # a wrong source of reused answers: exit 2 now
     summaries = []
     try:
         with one_cluster_per_build(config) as staged:

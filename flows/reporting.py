@@ -13,6 +13,7 @@ from typing import Any
 from uuid import UUID
 
 from flows.common import run_slug
+from lenses_data.models.reuse_report import CALLS, REUSED, reuse_sources_line, reused_total
 
 
 def summary_markdown(summary: dict[str, Any]) -> str:
@@ -27,6 +28,10 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         f"| {summary.get('records_in', 0)} | {summary.get('records_out', 0)} | {summary.get('rejected', 0)} "
         f"| {shards} | {shards - skipped} | {skipped} |",
     ]
+    if CALLS in summary:  # a model stage: what it paid, and whose answers it reused
+        lines += ["", f"Model calls sent: {summary[CALLS]}; answers reused: {reused_total(summary)}."]
+        if summary.get(REUSED):
+            lines[-1] += " A" + reuse_sources_line([summary])[1:] + "."
     reasons = summary.get("reasons") or {}
     if reasons:
         lines += ["", "| rejection reason | count |", "|---|---:|"]
@@ -51,15 +56,17 @@ def funnel_markdown(summaries: list[dict[str, Any]], run_dir: str = "", report: 
             "",
         ]
     lines += [
-        "| stage | in | out | rejected | shards | skipped |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| stage | in | out | rejected | shards | skipped | model calls sent | answers reused |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for item in summaries:
         lines.append(
             f"| {item.get('stage')} | {item.get('records_in', 0)} | {item.get('records_out', 0)} "
-            f"| {item.get('rejected', 0)} | {item.get('shards', 0)} | {item.get('shards_skipped', 0)} |"
+            f"| {item.get('rejected', 0)} | {item.get('shards', 0)} | {item.get('shards_skipped', 0)} "
+            f"| {item.get(CALLS, 0)} | {reused_total(item)} |"
         )
-    return "\n".join(lines)
+    sources = reuse_sources_line(summaries)
+    return "\n".join([*lines, *(["", sources] if sources else [])])
 
 
 def stage_key(run_dir: str, stage: str) -> str:

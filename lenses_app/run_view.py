@@ -174,14 +174,19 @@ class ViewHandler(logging.Handler):
 
 
 def funnel_table(stages: list[dict[str, Any]]) -> str:
-    """The build's funnel as a fixed-width table: stage, records in, out, rejected."""
-    header = ("stage", "in", "out", "rejected")
+    """The build's funnel as a fixed-width table: stage, records in, out, rejected, and the model
+    calls the stage sent and the answers it reused from earlier runs (their runs named below)."""
+    from lenses_data.models.reuse_report import CALLS, reuse_sources_line, reused_total
+
+    header = ("stage", "in", "out", "rejected", "calls", "reused")
     rows = [
         (
             str(s.get("stage")),
             str(s.get("records_in", 0)),
             str(s.get("records_out", 0)),
             str(s.get("rejected", 0)),
+            str(s.get(CALLS, 0)),
+            str(reused_total(s)),
         )
         for s in stages
     ]
@@ -192,4 +197,6 @@ def funnel_table(stages: list[dict[str, Any]]) -> str:
             [row[0].ljust(width[0]), *(cell.rjust(w) for cell, w in zip(row[1:], width[1:], strict=True))]
         )
 
-    return "\n".join([line(header), "  ".join("-" * w for w in width), *(line(row) for row in rows)])
+    sources = reuse_sources_line(stages)
+    table = [line(header), "  ".join("-" * w for w in width), *(line(row) for row in rows)]
+    return "\n".join([*table, *([sources] if sources else [])])

@@ -203,6 +203,11 @@ class Manifest(BaseModel):
     gpu_plan: dict[str, Any] | None = Field(
         None, description="`lenses plan` of this run at its own size (GPU-hours per stage, assumptions)"
     )
+    model_calls: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="stage -> calls_sent (model calls its journaled answers cost) and answers_reused "
+        "(source run -> answers copied from that run's journal: models.reuse_answers_from)",
+    )
 
 
 # ---------------------------------------------------------------------------------------------

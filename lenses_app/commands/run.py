@@ -59,6 +59,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "and their model answers are reused by request (without it such a rerun exits with code 2)",
     )
     parser.add_argument(
+        "--reuse-answers-from",
+        action="append",
+        metavar="RUN_DIR",
+        help="an earlier run directory whose journaled model answers this run reuses instead of asking "
+        "again (same served model, request, sampling, seed and image); repeatable. Sets "
+        "models.reuse_answers_from; failures are asked again",
+    )
+    parser.add_argument(
         "--accept-yield",
         action="store_true",
         help="accept a stage whose rejection share left its band (`yields.accept`): report it, exit 0",
@@ -105,8 +113,15 @@ def handle(args: argparse.Namespace) -> int:
         "stop_after": args.stop_after.replace("-", "_") if args.stop_after else None,
         "rebuild_changed": args.rebuild_changed,
     }
+    overrides: dict = {}
     if args.accept_yield:
-        params["overrides"] = {"yields": {"accept": True}}
+        overrides["yields"] = {"accept": True}
+    if args.reuse_answers_from:
+        overrides["models"] = {
+            "reuse_answers_from": [str(Path(r).resolve()) for r in args.reuse_answers_from]
+        }
+    if overrides:
+        params["overrides"] = overrides
     verbose = bool(getattr(args, "verbose", False))
     try:
         run_dir = load_run_config(config_path, args.run_dir, params.get("overrides")).run_dir

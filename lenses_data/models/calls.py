@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from lenses_data.config.models import RetryConfig, RoleConfig
@@ -28,6 +29,7 @@ from lenses_data.models.messages import (
 )
 from lenses_data.models.parsing import pick_choice
 from lenses_data.models.readmit import EndpointsDown
+from lenses_data.models.reuse import AnswerIndex
 from lenses_data.models.types import AnswerError, ModelRequest, ModelResult
 
 
@@ -52,6 +54,10 @@ class RoleRuntime:
     # The served context of the role's model (the probe reads vLLM's /v1/models): a re-ask is cut
     # to fit it. None: unknown, re-asks are sent whole.
     context_tokens: int | None = None
+    # The served model as listed (reuse.served_identity), journaled with each answer; and the
+    # earlier runs' answers (models.reuse_answers_from) looked up before a request is sent.
+    served: str | None = None
+    reuse: AnswerIndex | None = None
 
 
 @dataclass
@@ -119,7 +125,11 @@ async def run_one(
     future: asyncio.Future[ModelResult] = asyncio.get_running_loop().create_future()
     inflight[digest] = future
     try:
-        result = _replay(rt, request, parse, digest) or await _answer(rt, request, parse, image, digest)
+        result = (
+            _replay(rt, request, parse, digest)
+            or await _reused(rt, request, parse, digest)
+            or await _answer(rt, request, parse, image, digest)
+        )
         future.set_result(result)
         return result
     except BaseException as exc:
@@ -165,6 +175,36 @@ def _replay(
         # (older journals hold outages as failures: those are asked again, never replayed as data)
         return ModelResult(ok=False, error_code=entry.error_code, error_message=entry.error_message, **common)
     return None
+
+
+async def _reused(
+    rt: RoleRuntime, request: ModelRequest, parse: Callable[[str], Any], digest: str
+) -> ModelResult | None:
+    """An earlier run's answer to this very request by this served model (models/reuse.py), copied
+    into this run's journal with its source; None when there is none or it no longer parses."""
+    entry = rt.reuse.get(digest, rt.served) if rt.reuse is not None else None
+    if entry is None or (entry.simulated and rt.simulated_endpoint is not True):
+        return None  # simulated answers never stand in for a real model's
+    contents = [entry.raw] if request.n == 1 else json.loads(entry.raw or "[]")
+    try:
+        value = _parse_all(contents, [None] * len(contents), parse, request.n)
+    except AnswerError:
+        return None  # the parser got stricter since: ask again
+    if rt.journal_put is not None:
+        await rt.journal_put(replace(entry, key=request.key, role=rt.name, created=time.time()))
+    return ModelResult(
+        key=request.key,
+        ok=True,
+        value=value,
+        raw=entry.raw,
+        attempts=entry.attempts,
+        model=entry.model,
+        simulated=entry.simulated,
+        usage=entry.usage,
+        cached=True,
+        request_hash=digest,
+        reused_from=entry.source_run or "",
+    )
 
 
 async def _answer(
@@ -329,5 +369,6 @@ async def _journal(rt: RoleRuntime, request: ModelRequest, result: ModelResult, 
             attempts=result.attempts,
             usage=result.usage,
             simulated=result.simulated,
+            served=rt.served,
         )
     )

@@ -34,6 +34,7 @@ from lenses_data.models.keys import resolve_api_key
 from lenses_data.models.messages import default_json_mode
 from lenses_data.models.probe import cached_probe
 from lenses_data.models.progress import Progress, reporting
+from lenses_data.models.reuse import AnswerIndex, replaced_runs, served_identity, stage_index
 from lenses_data.models.systemic import FailureWatch
 from lenses_data.models.types import AnswerError, EndpointUnavailable, ModelRequest, ModelResult
 
@@ -58,8 +59,12 @@ class ModelClient:
         self._keys: dict[str, str] = {}
         self.last_progress: Progress | None = None
         self.simulated_answers = 0  # answers from the lenses simulator over this client's life
+        # Calls sent (attempts and re-asks included) and answers reused per source run, over this
+        # client's life: the stage's summary reports them (per shard, as differences).
+        self.calls_sent = 0
+        self.reused: dict[str, int] = {}
+        self._reuse: AnswerIndex | None = None  # models.reuse_answers_from, for the open shard's stage
         self.closed = False  # close() ran: the stage that owned this client is done with it
-        self._earlier: dict[str, Any] = {}  # stage -> its answers moved aside by a rebuild (or None)
 
     @classmethod
     def from_config(
@@ -82,21 +87,20 @@ class ModelClient:
         if self.journal is not None:
             raise RuntimeError("a shard journal is already open on this client: one shard at a time")
         refuse_single_file_journal(self.journal_root)
-        self.journal = ShardJournal(path, self.config.journal.fsync, self._earlier_answers(path.parent.name))
+        # Earlier answers, found by request before one is sent: the runs `models.reuse_answers_from`
+        # names, and this run's journals a `--rebuild-changed` moved to RUN/_replaced/ (the stage
+        # is the journal file's folder).
+        stage = path.parent.name
+        sources = [*self.config.reuse_answers_from, *replaced_runs(self.journal_root.parent, stage)]
+        if sources:
+            self._reuse = stage_index(sources, stage)
+        self.journal = ShardJournal(path, self.config.journal.fsync)
         try:
             yield
         finally:
-            journal, self.journal = self.journal, None
+            journal, self.journal, self._reuse = self.journal, None, None
             if journal is not None:  # None: closed under the shard (`close`), which wrote it already
                 journal.close()
-
-    def _earlier_answers(self, stage: str) -> Any:
-        """`stage`'s answers in RUN/_replaced (a `--rebuild-changed` moved them), read once per client."""
-        if stage not in self._earlier and self.journal_root is not None:
-            from lenses_data.models.earlier_answers import earlier_answers
-
-            self._earlier[stage] = earlier_answers(self.journal_root.parent, stage)
-        return self._earlier.get(stage)
 
     def close(self) -> None:
         """Close the open journal (its buffered answers are written first)."""
@@ -138,9 +142,10 @@ class ModelClient:
             rng=self._rng,
             journal_put=journal_put,
             json_mode=default_json_mode(role),
+            reuse=self._reuse,
         )
         if not self.config.probe:
-            runtime.simulated_endpoint = await _probe_simulated(endpoints)
+            runtime.simulated_endpoint, runtime.served = await _probe_simulated(endpoints, role.model)
             return runtime
         report = await cached_probe(
             role_name, role, endpoints, self.config.retry, needs, runtime.json_mode, runtime.choice_style
@@ -152,6 +157,7 @@ class ModelClient:
         runtime.tolerant_choice = report.tolerant_choice
         runtime.context_tokens = report.server.max_model_len if report.server else None
         runtime.simulated_endpoint = report.simulated
+        runtime.served = report.served
         return runtime
 
     async def run(self, requests: Sequence[ModelRequest], parse: Callable[[str], Any]) -> list[ModelResult]:
@@ -187,6 +193,10 @@ class ModelClient:
             if committer is not None:
                 committer.close()
         self.simulated_answers += progress.simulated
+        self.calls_sent += progress.calls
+        for result in results:
+            if result is not None and result.reused_from:
+                self.reused[result.reused_from] = self.reused.get(result.reused_from, 0) + 1
         if outage:  # answered requests are journaled by now; the caller's shard must not be written
             raise _outage_error(outage, results)
         for runtime in runtimes:  # most of a role's answers unusable: the role is broken, not the items
@@ -311,13 +321,15 @@ def _outage_error(
     )
 
 
-async def _probe_simulated(endpoints: list[Endpoint]) -> bool | None:
-    """Whether the role is served by the lenses simulator (True/False), or None if no endpoint
-    answered. Used so simulated answers in a journal are never replayed against a real model."""
+async def _probe_simulated(endpoints: list[Endpoint], model: str) -> tuple[bool | None, str | None]:
+    """Whether the role is served by the lenses simulator (True/False, None if no endpoint
+    answered), and the served model as listed (reuse.served_identity). Used so simulated answers
+    in a journal are never replayed against a real model, nor answers of another served model."""
     for endpoint in endpoints:
         try:
             listing = await endpoint.client.with_options(timeout=10.0).models.list()
         except Exception:  # down or not OpenAI-compatible: ask the next one
             continue
-        return any(str(m.id).startswith(codes.SIMULATED_MODEL_PREFIX) for m in listing.data)
-    return None
+        simulated = any(str(m.id).startswith(codes.SIMULATED_MODEL_PREFIX) for m in listing.data)
+        return simulated, served_identity(listing.data, model)
+    return None, None

@@ -48,10 +48,12 @@ class JournalEntry:
     usage: dict[str, int] = field(default_factory=dict)
     simulated: bool = False
     created: float = field(default_factory=time.time)
-
-
-class EarlierLookup(Protocol):
-    def get(self, request_hash: str) -> JournalEntry | None: ...
+    # The model as its server lists it (models/reuse.served_identity): an answer is reused from
+    # another run only for the same served model. None: not known (older journals, or unlisted).
+    served: str | None = None
+    # Copied from another run's journal (models/reuse.py): that run and its journal file.
+    source_run: str | None = None
+    source_file: str | None = None
 
 
 class Journal(Protocol):
@@ -94,12 +96,10 @@ def _ends_torn(path: Path) -> bool:
 class ShardJournal:
     """The journal of one shard: one append-only JSON-lines file, owned by the task of that shard."""
 
-    def __init__(self, path: Path, fsync: bool = False, earlier: EarlierLookup | None = None) -> None:
+    def __init__(self, path: Path, fsync: bool = False) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._fsync = fsync
-        # Answers of this stage's journals moved aside by a rebuild (models.earlier_answers).
-        self._earlier = earlier
         self._index: dict[str, JournalEntry] = {}
         if path.exists():
             _load_jsonl(path, self._index)
@@ -110,13 +110,7 @@ class ShardJournal:
         self._buffer: list[str] = []
 
     def get(self, request_hash: str) -> JournalEntry | None:
-        """This shard's answer; else an earlier one, copied in (the journal stays whole on its own)."""
-        entry = self._index.get(request_hash)
-        if entry is None and self._earlier is not None:
-            entry = self._earlier.get(request_hash)
-            if entry is not None:
-                self.append([entry])
-        return entry
+        return self._index.get(request_hash)
 
     def put(self, entry: JournalEntry) -> None:
         self.put_many([entry])

@@ -25,6 +25,7 @@ from lenses_data.models.dialect import ServerInfo, listed_context, server_versio
 from lenses_data.models.endpoints import Endpoint, backoff_delay, classify_error
 from lenses_data.models.probe_context import check_context
 from lenses_data.models.probe_requests import Check, Prober, unavailable
+from lenses_data.models.reuse import served_identity
 from lenses_data.models.types import CapabilityMissing, EndpointUnavailable, ModelRequest
 
 log = logging.getLogger("lenses_data.models.probe")
@@ -47,6 +48,7 @@ class ProbeReport:
     # Parse choice answers as free text (the server ignores or refuses the choice constraint).
     tolerant_choice: bool = False
     checks: list[Check] = field(default_factory=list)
+    served: str | None = None  # the served model as listed (reuse.served_identity): keys reused answers
 
     @property
     def ok(self) -> bool:
@@ -128,6 +130,7 @@ async def probe_role(
     if role.structured_outputs == "auto" and info.version:  # the release decides, not the pin
         choice_style = choice_field("auto", info.version)
     report = ProbeReport(name, urls, role.model, json_mode, choice_style, simulated, server=info)
+    report.served = served_identity(entries, role.model)
     prober = Prober(name, role, endpoint, retry)
     prober.simulated = simulated
     if "json" in needs:

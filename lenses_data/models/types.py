@@ -102,6 +102,7 @@ class ModelResult(BaseModel):
     simulated: bool = False
     usage: dict[str, int] = Field(default_factory=dict)
     cached: bool = Field(default=False, description="Answer replayed from the journal (no call made)")
+    reused_from: str = Field(default="", description="The earlier run whose journal gave the answer")
     request_hash: str = ""
 
 

@@ -85,6 +85,7 @@ def _compute(manifest: dict[str, Any]) -> list[str]:
         [{"Model": model, **counts} for model, counts in sorted((manifest.get("usage") or {}).items())]
     )
     parts: list[str] = ["Requests and tokens as the per-shard journals recorded them:", _md_table(usage)]
+    parts += _calls_parts(manifest.get("model_calls") or {})
     plan = manifest.get("gpu_plan")
     if plan:
         stages = pd.DataFrame(
@@ -103,6 +104,30 @@ def _compute(manifest: dict[str, Any]) -> list[str]:
             _md_table(stages),
         ]
     return _section("Compute", *parts)
+
+
+def _calls_parts(calls: dict[str, dict[str, Any]]) -> list[str]:
+    """Per model stage: the calls its answers cost and the answers reused from earlier runs."""
+    from lenses_data.models.reuse_report import CALLS, reuse_sources_line, reused_total
+
+    if not calls:
+        return []
+    table = pd.DataFrame(
+        [
+            {
+                "Stage": stage,
+                "Model calls sent": int(item.get(CALLS, 0)),
+                "Answers reused": reused_total(item),
+            }
+            for stage, item in calls.items()
+        ]
+    )
+    sources = reuse_sources_line({"stage": stage, **item} for stage, item in calls.items())
+    return [
+        "Model calls per stage (from the journals):",
+        _md_table(table),
+        *([sources + "."] if sources else []),
+    ]
 
 
 def _loading(metadata: dict[str, Any] | None) -> list[str]:

@@ -31,6 +31,7 @@ from pydantic import BaseModel
 from lenses_data import io
 from lenses_data.config import PipelineConfig
 from lenses_data.models.journal import shard_journal_path
+from lenses_data.models.reuse_report import client_calls, shard_calls, summary_calls
 from lenses_data.models.types import AnswerClient
 from lenses_data.schemas import LensText, Rejection
 from lenses_data.stages.protocol import ShardStats, Stage
@@ -82,6 +83,7 @@ def summarize(stage: str, stats: list[ShardStats]) -> dict[str, Any]:
         "rejected": sum(s.rejected for s in stats),
         "reasons": dict(sorted(reasons.items())),
         "simulated_answers": sum(int(s.extra.get("simulated_answers", 0)) for s in stats),
+        **summary_calls(s.extra for s in stats),  # model stages: calls sent, answers reused
     }
 
 
@@ -224,6 +226,7 @@ class ShardedStage(Stage):
         frame = self.load_input(run, shard)
         check_columns(self.name, frame, self.reads, f"input shard {shard} ({self.input_stage})", exact=False)
         simulated_before = getattr(self.client, "simulated_answers", 0)
+        calls_before = client_calls(self.client)
         with self.shard_journal(run, shard):
             records, rejected = self.transform(run, shard, frame)
         check_columns(self.name, records, self.writes, f"output shard {shard}", exact=True)
@@ -237,7 +240,10 @@ class ShardedStage(Stage):
             records_out=len(records),
             rejected=rejected_records(rejected),
             reasons=dict(Counter(rejected["reason"])) if len(rejected) else {},
-            extra={"simulated_answers": simulated} if simulated else {},
+            extra={
+                **({"simulated_answers": simulated} if simulated else {}),
+                **shard_calls(self.client, calls_before),
+            },
         )
 
     def shard_journal(self, run: Path, shard: int) -> contextlib.AbstractContextManager[None]:

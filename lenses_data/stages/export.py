@@ -39,6 +39,7 @@ from lenses_data.annotation.prompts import all_prompt_hashes
 from lenses_data.config import PipelineConfig
 from lenses_data.config.export import ExportConfig
 from lenses_data.models.journal import read_run_journal, tally_usage
+from lenses_data.models.reuse_report import tally_calls
 from lenses_data.plan.usage import read_stage_stats
 from lenses_data.schemas import FilterDecision, LensText, Manifest, Rejection
 from lenses_data.stages.base import ShardStats
@@ -107,7 +108,8 @@ def export_dataset(run: str | Path, out: str | Path, config: PipelineConfig) -> 
     give_back_memory()
     # One reading of the run's journal (~220 MiB at 100k) for both the usage totals and the plan.
     usage: dict[str, dict[str, int]] = {}
-    stage_stats = read_stage_stats(run, tally_usage(read_run_journal(run), usage))
+    calls: dict[str, dict[str, Any]] = {}
+    stage_stats = read_stage_stats(run, tally_usage(tally_calls(read_run_journal(run), calls), usage))
     manifest = Manifest(
         created_at=dt.datetime.now(dt.UTC),
         config=config.model_dump(mode="json") if hasattr(config, "model_dump") else {},
@@ -124,6 +126,7 @@ def export_dataset(run: str | Path, out: str | Path, config: PipelineConfig) -> 
         },
         usage=usage,
         gpu_plan=gpu_plan(run, config, stage_stats),
+        model_calls=calls,
     )
     payload = manifest.model_dump(mode="json")
     io.atomic_write_json(out / "manifest.json", payload)

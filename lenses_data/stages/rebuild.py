@@ -6,8 +6,8 @@ Two ways a run directory meets a changed config (judged by `settings_guard.asses
   aside, whole, into `RUN/_replaced/<S's old settings digest>/`: the stage folders, their
   rejections (`rejections/<stage>-part-*.parquet`) and their journals (`journal/<stage>/`); the
   stages before S are kept as they are. The rebuilt stages' model requests are first looked up in
-  those moved journals by request hash (lenses_data.models.earlier_answers): an answer
-  already paid for is copied into the new journal instead of being asked again.
+  those moved journals by request (lenses_data.models.reuse.replaced_runs, the key of cross-run
+  reuse): an answer already paid for is copied into the new journal instead of being asked again.
 - Sources appended to `ingest.sources`: the stages made from the smaller pool are extended, not
   redone. Each loses only its commit point before its new settings are recorded (`uncommit`), so
   it runs again over its grown input: ingest appends shards for the new sources, dedupe and split

@@ -152,6 +152,25 @@ def test_markdown_tables_show_counts_shards_and_reasons():
     assert artifact_key("stage-visual_validate") == "stage-visual-validate"
 
 
+def test_the_run_page_shows_calls_sent_and_answers_reused_with_their_runs():
+    summary = {
+        "stage": "validate",
+        "records_in": 9,
+        "records_out": 9,
+        "rejected": 0,
+        "shards": 2,
+        "shards_skipped": 0,
+        "calls_sent": 3,
+        "answers_reused": {"/runs/v1": 6},
+    }
+    funnel = funnel_markdown([summary]).splitlines()
+    assert "| validate | 9 | 9 | 0 | 2 | 0 | 3 | 6 |" in funnel
+    assert funnel[-1] == "answers reused from /runs/v1 (validate 6)"
+    assert "Model calls sent: 3; answers reused: 6. Answers reused from /runs/v1 (validate 6)." in (
+        summary_markdown(summary)
+    )
+
+
 def test_artifact_keys_are_per_run_directory(tmp_path):
     a, b = tmp_path / "a" / "nightly", tmp_path / "b" / "nightly"
     assert run_slug(a).startswith("nightly-") and run_slug(a) != run_slug(b)

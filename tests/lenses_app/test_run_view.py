@@ -19,6 +19,8 @@ SUMMARIES = [
         "records_in": 273,
         "records_out": 273,
         "rejected": 0,
+        "calls_sent": 12,
+        "answers_reused": {"/runs/a": 250, "/runs/b": 11},
     },
 ]
 
@@ -37,11 +39,14 @@ def test_a_pipe_gets_one_plain_line_per_finished_stage() -> None:
     assert "(1 already done)" in lines[1]
 
 
-def test_funnel_table_has_stage_in_out_rejected() -> None:
+def test_funnel_table_has_stage_in_out_rejected_calls_sent_and_reused() -> None:
     table = funnel_table(SUMMARIES).splitlines()
-    assert table[0].split() == ["stage", "in", "out", "rejected"]
-    assert table[2].split() == ["ingest", "50", "30", "20"]
-    assert table[3].split() == ["visual_validate", "273", "273", "0"]
+    assert table[0].split() == ["stage", "in", "out", "rejected", "calls", "reused"]
+    assert table[2].split() == ["ingest", "50", "30", "20", "0", "0"]
+    assert table[3].split() == ["visual_validate", "273", "273", "0", "12", "261"]
+    # Which runs the reused answers came from, per stage, in one line under the table.
+    assert table[4:] == ["answers reused from /runs/a (visual_validate 250); /runs/b (visual_validate 11)"]
+    assert len(funnel_table(SUMMARIES[:1]).splitlines()) == 3  # nothing reused: no such line
 
 
 def test_declared_columns_are_checked_with_the_stage_named() -> None:

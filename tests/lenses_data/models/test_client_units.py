@@ -158,7 +158,7 @@ def test_the_simulator_is_told_from_a_real_model_by_the_first_endpoint_that_answ
         async def probe_them() -> bool | None:
             endpoints = [make_endpoint(url, "EMPTY", 5, 1) for url in urls]
             try:
-                return await _probe_simulated(endpoints)
+                return (await _probe_simulated(endpoints, "test/validator"))[0]
             finally:
                 for endpoint in endpoints:
                     await endpoint.close()

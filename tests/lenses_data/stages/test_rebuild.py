@@ -15,8 +15,8 @@ import pandas as pd
 from lenses_data import io
 from lenses_data.config import config_from_dict
 from lenses_data.config.dedupe import SplitConfig
-from lenses_data.models.earlier_answers import earlier_answers
-from lenses_data.models.journal import JournalEntry, ShardJournal, shard_journal_path
+from lenses_data.models.journal import JournalEntry
+from lenses_data.models.reuse import AnswerIndex, replaced_runs
 from lenses_data.stages.rebuild import (
     EARLIER_OUTPUT,
     EARLIER_REJECTIONS,
@@ -111,20 +111,20 @@ def _entry(digest: str, status: str, raw: str) -> JournalEntry:
     )
 
 
-def test_a_rebuilt_stage_finds_moved_answers_by_request_and_copies_them(tmp_path: Path):
+def test_a_rebuilt_stage_finds_moved_answers_by_request(tmp_path: Path):
+    """The folders a rebuild moved a stage's journals to are sources of reused answers, like an
+    earlier run's (models.reuse): found by request over the whole stage, successes only, newest wins."""
     moved = tmp_path / io.REPLACED_DIR / "d1" / "journal" / "validate"
     moved.mkdir(parents=True)
     lines = [_entry("h1", "ok", "old"), _entry("h1", "ok", "newer"), _entry("h2", "failed", None)]
     (moved / "part-00003.jsonl").write_text("".join(json.dumps(vars(e)) + "\n" for e in lines) + '{"torn')
-    earlier = earlier_answers(tmp_path, "validate")
-    assert earlier is not None and len(earlier) == 1 and earlier_answers(tmp_path, "generate") is None
-    path = shard_journal_path(tmp_path, "validate", 0)  # another shard number: found by request
-    journal = ShardJournal(path, earlier=earlier)
-    assert journal.get("h1").raw == "newer" and journal.get("h2") is None and journal.get("h3") is None
-    journal.close()
-    copied = [json.loads(line) for line in path.read_text().splitlines()]
-    assert [(e["hash"], e["raw"]) for e in copied] == [("h1", "newer")]
-    assert ShardJournal(path).get("h1").raw == "newer"  # the new journal stands on its own
+    runs = replaced_runs(tmp_path, "validate")
+    assert runs == [tmp_path / io.REPLACED_DIR / "d1"] and replaced_runs(tmp_path, "generate") == []
+    index = AnswerIndex(runs, "validate")
+    found = index.get("h1", None)
+    assert found is not None and found.raw == "newer" and found.source_run == str(runs[0].resolve())
+    assert index.get("h2", None) is None and index.get("h3", None) is None  # a failure is asked again
+    assert index.get("h1", '{"id":"another-model"}') is None  # another served model: asked again
 
 
 def test_a_grown_split_keeps_every_earlier_assignment():
