@@ -38,7 +38,7 @@ LENSES = str(Path(sys.executable).parent / "lenses")
 
 
 def write_config(path: Path, run: Path, pool: Path, url: str, reuse: Path | None, change: dict) -> None:
-    from lenses_data.config.merge import deep_merge
+    from lenses_data.merge import deep_merge
     from lenses_data.config.models import ROLES
 
     config = yaml.safe_load((REPO / "configs" / "sample.yaml").read_text())
