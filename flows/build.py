@@ -106,9 +106,10 @@ def build_dataset(
 def judge_yields(config: PipelineConfig, result: dict[str, Any]) -> None:
     """Raise `YieldOutOfBand` when a stage of the funnel left its `yields` band, unless accepted
     (then the breaches are logged and recorded in the result as `accepted_yields`)."""
+    from lenses_data.config.yields import bands_of_run
     from lenses_data.publish.yields import YieldOutOfBand, out_of_band
 
-    breaches = out_of_band(result["stages"], config.yields)
+    breaches = out_of_band(result["stages"], config.yields, bands_of_run(config))
     if not breaches:
         return
     if not config.yields.accept:

@@ -33,6 +33,7 @@ from flows.reporting import in_flow_run, publish_stage_table, start_progress, up
 from flows.runlogs import lenses_logs_to_run
 from flows.worker_stages import release_worker_stages, worker_stage
 from lenses_data.config import OrchestrationConfig, PipelineConfig
+from lenses_data.config.pipeline import BUILTIN_STAGES, spec_of
 from lenses_data.stages.base import ShardStats, log_simulated, run_stage
 from lenses_data.stages.entry import GuardedRun, guarded_run
 from lenses_data.stages.registry import build_stage
@@ -87,6 +88,9 @@ def prefect_shard_map(
     flow's task runner."""
     settings = config.orchestration
     options = shard_task_options(settings)
+    declared = spec_of(stage_name, config).retries  # the stage's own default, where it declares one
+    if declared is not None:
+        options["retries"] = declared
 
     def submit(batches: list[list[int]]) -> list:
         if all(len(batch) == 1 for batch in batches):
@@ -159,7 +163,7 @@ def run_stage_with_runner(stage_name: str, config: PipelineConfig, run: GuardedR
     return summary
 
 
-STAGE_FLOW_DOC = """Run the `{stage}` stage of the Lenses pipeline over every shard of a run.
+STAGE_FLOW_DOC = """Run the `{stage}` stage of the Lenses pipeline over every shard of a run: {help}.
 
     Args:
         config_path: YAML config file on the worker (e.g. configs/production.yaml); empty: built-in defaults.
@@ -169,7 +173,7 @@ STAGE_FLOW_DOC = """Run the `{stage}` stage of the Lenses pipeline over every sh
     """
 
 
-def _stage_flow(stage_name: str):
+def _stage_flow(stage_name: str, help_text: str):
     flow_name = stage_name.replace("_", "-")
 
     def stage_flow(
@@ -185,9 +189,10 @@ def _stage_flow(stage_name: str):
             return run_explained(body)
 
     stage_flow.__name__ = f"{stage_name}_flow"
-    stage_flow.__doc__ = STAGE_FLOW_DOC.format(stage=stage_name)
+    stage_flow.__doc__ = STAGE_FLOW_DOC.format(stage=stage_name, help=help_text)
     return flow(
         name=flow_name,
+        description=help_text,
         log_prints=True,
         retries=FLOW_RETRIES,
         validate_parameters=True,
@@ -195,12 +200,7 @@ def _stage_flow(stage_name: str):
     )(stage_flow)
 
 
-ingest_flow = _stage_flow("ingest")
-dedupe_flow = _stage_flow("dedupe")
-filter_flow = _stage_flow("filter")
-split_flow = _stage_flow("split")
-generate_flow = _stage_flow("generate")
-rules_flow = _stage_flow("rules")
-validate_flow = _stage_flow("validate")
-visual_validate_flow = _stage_flow("visual_validate")
-export_flow = _stage_flow("export")
+# One flow per declared stage, as a module attribute `<stage>_flow`: Prefect's entrypoint
+# (`flows/stages.py:<stage>_flow`, the deployments of prefect.yaml).
+for _spec in BUILTIN_STAGES:
+    globals()[f"{_spec.name}_flow"] = _stage_flow(_spec.name, _spec.help)

@@ -28,13 +28,14 @@ from lenses_data.candidates.fetch import FetchError, fetch_url
 from lenses_data.candidates.imaging import DecodeLimits
 from lenses_data.candidates.sources import SourceItem, detect_kind, iter_source
 from lenses_data.config import PipelineConfig
+from lenses_data.config.pipeline import INGEST, spec_of
 from lenses_data.schemas import CandidateImage, Rejection
 from lenses_data.stages.base import ShardStats, check_columns
 from lenses_data.stages.global_base import GlobalStage
 from lenses_data.stages.ingest_exec import DecodePool, LazyClient, Progress, batched, ordered
 from lenses_data.stages.ingest_rows import METADATA_FIELDS, KeptImages, shards_of
 
-STAGE = "ingest"
+STAGE = INGEST
 EXACT_DUPLICATE = "exact_duplicate"
 SUMMARY_FILE = "_summary.json"  # leading underscore: Parquet readers of the folder skip it
 log = logging.getLogger(__name__)
@@ -292,7 +293,7 @@ class IngestStage(GlobalStage):
         "ingest.allowed_formats",
         "ingest.folder_skip_suffixes",
     )
-    input_stage = None
+    input_stage = spec_of(STAGE).input  # as declared; the registry sets the run's
     reads = ()  # no input frame: the images come from the configured sources
     sources_setting = "ingest.sources"  # the config path naming those sources
     writes = tuple(CandidateImage.model_fields)

@@ -76,13 +76,19 @@ def _in_run(value: Any, prefixes: tuple[str, ...]) -> Any:
 
 def stage_inputs(name: str, config: PipelineConfig) -> dict[str, Any]:
     """The readable settings that decide stage `name`'s output, one dotted key per value."""
+    from lenses_data.config.pipeline import spec_of
     from lenses_data.stages.registry import stage_class
 
     run = Path(config.run_dir)
     prefixes = tuple(dict.fromkeys([str(run.resolve()), str(run.absolute()), str(run)]))
     out: dict[str, Any] = {}
-    for path in getattr(stage_class(name), "output_settings", ()):
-        _flatten(path, _value(config, path), out)
+    spec = spec_of(name, config)
+    if spec.user:  # a user's own stage: its class and its own settings decide its rows too
+        out[f"pipeline.{name}.cls"] = spec.cls
+        _flatten(f"pipeline.{name}.settings", dict(spec.settings), out)
+    for path in getattr(stage_class(name, config), "output_settings", ()):
+        if not (spec.user and path.split(".")[0] == "settings"):  # its own: recorded above
+            _flatten(path, _value(config, path), out)
     return {key: _in_run(value, prefixes) for key, value in sorted(out.items())}
 
 

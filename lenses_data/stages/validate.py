@@ -24,13 +24,14 @@ import pandas as pd
 from lenses_data.annotation import validation
 from lenses_data.annotation.prompts import get_template
 from lenses_data.annotation.validation import TEXT_VALIDATOR, validate_rows
+from lenses_data.config.pipeline import VALIDATE, spec_of
 from lenses_data.config.roles import role_settings
 from lenses_data.models.types import ModelRequest
 from lenses_data.schemas import LensText
 from lenses_data.stages._annotate import lens_text_rows, records_frame, rejections_frame
 from lenses_data.stages.annotation_base import AnnotationStage
 
-STAGE = "validate"
+STAGE = VALIDATE
 
 
 class ValidateStage(AnnotationStage):
@@ -43,7 +44,7 @@ class ValidateStage(AnnotationStage):
         *role_settings(TEXT_VALIDATOR.role, "model", "sampling"),
         f"prompt:{TEXT_VALIDATOR.template}",
     )
-    input_stage = "rules"
+    input_stage = spec_of(STAGE).input  # as declared; the registry sets the run's
     reads = ("text_id", "image_id", "kind", "lens", "text", "focus", "original_text")
     writes = tuple(LensText.model_fields)
 

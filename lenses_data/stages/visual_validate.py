@@ -20,13 +20,14 @@ from lenses_data.annotation import validation
 from lenses_data.annotation.prompts import get_template
 from lenses_data.annotation.rejection_rows import rejection
 from lenses_data.annotation.validation import VISUAL_VALIDATOR, validate_rows
+from lenses_data.config.pipeline import VISUAL_VALIDATE, spec_of
 from lenses_data.config.roles import role_settings
 from lenses_data.models.types import ModelRequest
 from lenses_data.schemas import LensText
 from lenses_data.stages._annotate import ingest_paths, lens_text_rows, records_frame, rejections_frame
 from lenses_data.stages.annotation_base import AnnotationStage
 
-STAGE = "visual_validate"
+STAGE = VISUAL_VALIDATE
 
 
 class VisualValidateStage(AnnotationStage):
@@ -41,7 +42,7 @@ class VisualValidateStage(AnnotationStage):
         ),
         f"prompt:{VISUAL_VALIDATOR.template}",
     )
-    input_stage = "validate"
+    input_stage = spec_of(STAGE).input  # as declared; the registry sets the run's
     reads = ("text_id", "image_id", "kind", "lens", "text", "focus", "split", "original_text")
     writes = tuple(LensText.model_fields)
 
