@@ -1,7 +1,8 @@
 """The pipeline, declared once: every built-in stage in run order, with what the rest derives from.
 
 Each `StageSpec` names a stage, its class (imported only when the stage is built), the stage whose
-shards it reads, the model role it asks (a model stage), its default yield band, its rows of the
+shards it reads, the model role it asks and what that role needs of a server (a model stage; the
+roles derive from these: `lenses_data.config.roles`), its default yield band, its rows of the
 dataset card's funnel, its one-line help and its default retries. From this tuple derive: the
 registry and the run order (`lenses_data.stages.registry`), one Prefect flow per stage
 (`flows/stages.py`) and the build's order (`flows/build.py`), the stage commands' names and help
@@ -35,8 +36,15 @@ from typing import Any
 from lenses_data.config.simulator import PAPER
 
 # The built-in stages' names: the constants product code reads another stage's directory by.
-INGEST, DEDUPE, FILTER, SPLIT, GENERATE = "ingest", "dedupe", "filter", "split", "generate"
-RULES, VALIDATE, VISUAL_VALIDATE, EXPORT = "rules", "validate", "visual_validate", "export"
+INGEST = "ingest"
+DEDUPE = "dedupe"
+FILTER = "filter"
+SPLIT = "split"
+GENERATE = "generate"
+RULES = "rules"
+VALIDATE = "validate"
+VISUAL_VALIDATE = "visual_validate"
+EXPORT = "export"
 
 # A fifth of the paper's filter pass share (10.6%): the largest share a filter may reject.
 FILTER_MAX_REJECTED = round(1 - PAPER["images"] / PAPER["candidates"] / 5, 3)
@@ -60,7 +68,8 @@ class StageSpec:
     cls: str  # "module:Class"
     input: str | None
     help: str  # one line: the command's help, the flow's description, the docs' stage list
-    role: str | None = None  # the model role it asks (lenses_data.config.roles); None: a CPU stage
+    role: str | None = None  # the model role it asks (`models.<role>`); None: a CPU stage
+    needs: tuple[str, ...] = ()  # what the role's requests ask of a server (the probe checks each)
     max_rejected: float | None = None  # the default yield band (`yields.bands.<name>`)
     min_rejected: float | None = None
     funnel: tuple[FunnelStep, ...] = ()  # its rows of the card's funnel
@@ -98,6 +107,7 @@ BUILTIN_STAGES: tuple[StageSpec, ...] = (
         "Listing 1: ask the VLM whether each deduplicated image supports clearly different "
         "non-literal readings (YES/NO); writes RUN/filter and reports the pass rate",
         role="filter",
+        needs=("choice", "image"),  # Listing 1: YES/NO on an image
         max_rejected=FILTER_MAX_REJECTED,
         funnel=(FunnelStep("decided (Listing 1)"), FunnelStep("passed (YES)", "passed")),
         plan_unit="filter_images",
@@ -118,6 +128,7 @@ BUILTIN_STAGES: tuple[StageSpec, ...] = (
         "Listings 2-3: generate image-side prompts and captions (Prompt/Caption, Focus, "
         "Category) for every image that passed the filter and has a split; writes RUN/generate",
         role="generator",
+        needs=("json", "image"),  # Listings 2-3
         funnel=(FunnelStep("generated", "texts"),),
         plan_unit="selected_images",
         per_answer=True,
@@ -138,6 +149,7 @@ BUILTIN_STAGES: tuple[StageSpec, ...] = (
         "Listing 4: text-only validation and light editing of every text (edit, keep or "
         "discard; Focus and Category fixed); writes RUN/validate",
         role="validator",
+        needs=("json",),  # Listing 4, text only
         max_rejected=TEXT_MAX_REJECTED,
         funnel=(FunnelStep("text-validated", "texts"),),
         plan_unit="selected_images",
@@ -150,6 +162,7 @@ BUILTIN_STAGES: tuple[StageSpec, ...] = (
         "Listing 5: image-grounded validation of test-split texts; other splits pass through; "
         "writes RUN/visual_validate",
         role="visual_validator",
+        needs=("json", "image"),  # Listing 5
         max_rejected=TEXT_MAX_REJECTED,
         funnel=(FunnelStep("after visual validation (test)", "texts"),),
         plan_unit="test_images",
@@ -164,8 +177,6 @@ BUILTIN_STAGES: tuple[StageSpec, ...] = (
         own_command=True,
     ),
 )
-# The stages that ask a model, by name: the role each asks.
-ROLE_OF_BUILTIN: dict[str, str] = {spec.name: spec.role for spec in BUILTIN_STAGES if spec.role}
 
 
 def builtin() -> dict[str, StageSpec]:

@@ -1,31 +1,28 @@
-"""The model roles: each one's name and what its requests need of a server.
+"""The model roles: each one's name, the stage that asks it and what its requests need of a server.
 
-Written here only; the stage that asks each role is declared with the stage
-(`lenses_data.config.pipeline`), and `ROLE_OF_STAGE` derives from that. `ModelsConfig` has one section per role (tests/test_facts_once.py holds the two
-together); `lenses serve --role`, `lenses check`, the endpoint probe, the plan, the export manifest and
-the stages' requests read the roles from here.
+Declared with their stages (`lenses_data.config.pipeline`: a model stage names its role and the
+role's needs); this module derives the tables the rest reads. `ModelsConfig` has one section per
+role (tests/test_facts_once.py holds the two together); `lenses serve --role`, `lenses check`, the
+endpoint probe, the plan, the export manifest and the stages' requests read the roles from here.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from lenses_data.config.pipeline import ROLE_OF_BUILTIN
+from lenses_data.config.pipeline import BUILTIN_STAGES
 
 
 class ModelRole(NamedTuple):
-    needs: tuple[str, ...]  # what the role's requests ask of the server: the probe checks each one
+    stage: str  # the pipeline stage whose requests the role answers
+    needs: tuple[str, ...]  # what those requests ask of the server: the probe checks each one
 
 
 MODEL_ROLES: dict[str, ModelRole] = {
-    "filter": ModelRole(needs=("choice", "image")),  # Listing 1: YES/NO on an image
-    "generator": ModelRole(needs=("json", "image")),  # Listings 2-3
-    "validator": ModelRole(needs=("json",)),  # Listing 4, text only
-    "visual_validator": ModelRole(needs=("json", "image")),  # Listing 5
+    spec.role: ModelRole(stage=spec.name, needs=spec.needs) for spec in BUILTIN_STAGES if spec.role
 }
 ROLES: tuple[str, ...] = tuple(MODEL_ROLES)
-# The built-in model stages, in pipeline order, and the role each asks (declared with the stage).
-ROLE_OF_STAGE: dict[str, str] = dict(ROLE_OF_BUILTIN)
+ROLE_OF_STAGE: dict[str, str] = {role.stage: name for name, role in MODEL_ROLES.items()}
 
 
 def role_settings(role: str, *fields: str) -> tuple[str, ...]:

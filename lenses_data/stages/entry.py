@@ -12,7 +12,7 @@ flow-run id for the lock's owner file.
             run.begin(stage)                                # records RUN/<stage>/_SETTINGS.json
             ...
 
-    with guarded_stage("rules", config):                    # one stage on its own
+    with guarded_stage(RULES, config):                      # one stage on its own
         run_stage(...)
 
 `lenses export --out DIR` writes outside the run: it holds the lock (it reads the run) and checks
