@@ -106,8 +106,9 @@ def test_stage_names_are_written_only_in_the_declaration():
 
     from tests.source_facts import REPO_ROOT
 
-    call = re.compile(r"\((?:run|config\.run_dir|Path\(run\)), \"(%s)\"" % "|".join(STAGES))
-    guarded = re.compile(r"guarded_stage\(\"(%s)\"" % "|".join(STAGES))
+    names = "|".join(STAGES)
+    call = re.compile(rf"\((?:run|config\.run_dir|Path\(run\)), \"({names})\"")
+    guarded = re.compile(rf"guarded_stage\(\"({names})\"")
     found = [
         f"{path.relative_to(REPO_ROOT)}:{n}"
         for package in PIPELINE

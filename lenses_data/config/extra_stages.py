@@ -122,10 +122,11 @@ class PipelineSection(BaseModel):
         known = [name for name in builtin() if name != EXPORT]
         for stage in self.extra_stages:
             if stage.name in builtin() or stage.name in known:
-                raise ValueError(f"stage name {stage.name!r} is taken; choose another")
+                raise ValueError(f"extra_stages: stage name {stage.name!r} is taken; choose another")
             if stage.after not in known:
                 raise ValueError(
-                    f"{stage.name}: after={stage.after!r} is not a stage before export; known: {', '.join(known)}"
+                    f"extra_stages: {stage.name}: after={stage.after!r} is not a stage before export; "
+                    f"known: {', '.join(known)}"
                 )
             known.append(stage.name)
         return self

@@ -35,7 +35,9 @@ class WordCapStage(ShardedStage):
     def transform(self, run: Path, shard: int, frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         long = frame["text"].str.split().str.len() > MAX_WORDS
         rows = [
-            Rejection(stage=WORD_CAP, record_id=r.text_id, reason="over_cap", message="long", image_id=r.image_id)
+            Rejection(
+                stage=WORD_CAP, record_id=r.text_id, reason="over_cap", message="long", image_id=r.image_id
+            )
             for r in frame[long].itertuples()
         ]
         rejected = pd.DataFrame([r.model_dump() for r in rows], columns=list(Rejection.model_fields))
