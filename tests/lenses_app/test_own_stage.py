@@ -48,12 +48,10 @@ def test_the_documented_own_stage_builds_resumes_and_guards_its_settings(tmp_pat
     run = cwd / "runs" / "own_stage"
     first = _lenses(cwd, COMMAND)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    assert [
-        line.split()[0] for line in first.stdout.splitlines() if line.startswith(("rules ", "banned_words "))
-    ] == [
-        "rules",
-        "banned_words",
-    ]
+    lines = first.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split() == ["stage", "in", "out", "rejected"])
+    stages = [line.split()[0] for line in lines[header + 2 : lines.index("", header)]]  # the funnel
+    assert stages[stages.index("rules") :][:3] == ["rules", "banned_words", "validate"]
     rejected = pd.concat(
         pd.read_parquet(p) for p in sorted((run / "rejections").glob("banned_words-part-*.parquet"))
     )

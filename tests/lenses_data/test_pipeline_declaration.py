@@ -85,7 +85,7 @@ def test_a_stage_added_to_the_declaration_builds_and_resumes(prefect_harness, de
     assert by_name[VALIDATE]["records_in"] == cap["records_out"]  # validate read the new stage's rows
     assert io.stage_is_complete(run, WORD_CAP)
     settings = json.loads((run / WORD_CAP / "_SETTINGS.json").read_text())
-    assert "annotate.word_limits.caption" in json.dumps(settings["inputs"])  # guarded with its settings
+    assert settings["inputs"] == {"annotate.word_limits": "flag"}  # guarded with its output_settings
     validated = pd.concat(pd.read_parquet(p) for p in io.stage_shards(run, VALIDATE))
     assert (validated["original_text"].str.split().str.len() <= MAX_WORDS).all()
 
