@@ -15,6 +15,7 @@ written (a config error: exit code 2). Its `settings` are checked against the cl
 (`lenses_data.stages.registry`, `lenses_data.stages.entry`): lock, settings guard (its `settings`
 and `cls` recorded with its `output_settings`), journal and model client when it names a `role`,
 retries and its yield band; it shows in the funnel, the build report, the card and the Prefect UI.
+Its module must import wherever the stage runs: the workers of a Dask or Ray cluster too.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class ExtraStage(BaseModel):
     max_rejected: float | None = Field(None, ge=0, le=1, description="Largest share it may reject")
     min_rejected: float | None = Field(None, ge=0, le=1, description="Smallest share it may reject")
     help: str = Field("", description="One line on what it does (default: its class's docstring)")
+    retries: int | None = Field(None, ge=0, description="Its shard tasks' retries; empty: the global ones")
 
     @field_validator("role")
     @classmethod
@@ -103,6 +105,7 @@ class ExtraStage(BaseModel):
             max_rejected=self.max_rejected,
             min_rejected=self.min_rejected,
             funnel=(FunnelStep("kept", count),),
+            retries=self.retries,
             settings=dict(self.settings),
             user=True,
         )

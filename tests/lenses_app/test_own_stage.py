@@ -169,3 +169,34 @@ def test_own_stages_are_placed_after_their_stage_and_read_its_rows(monkeypatch):
     second = build_stage("second_words", config)
     assert (second.name, second.input_stage, second.settings.word) == ("second_words", "banned_words", "x")
     assert build_stage("validate", config, with_client=False).input_stage == "second_words"
+
+
+def test_an_own_stage_is_judged_against_its_own_band(monkeypatch):
+    """The build's yield check reads a user stage's band from its entry (`bands_of_run`)."""
+    from lenses_data.config.yields import bands_of_run
+    from lenses_data.publish.yields import out_of_band
+
+    monkeypatch.syspath_prepend(str(REPO_ROOT / EXAMPLE))
+    config = config_from_dict(_extra(max_rejected=0.05), environ={})
+    summary = {"stage": "banned_words", "records_in": 300, "rejected": 150, "reasons": {"banned_word": 150}}
+    breaches = out_of_band([summary], config.yields, bands_of_run(config))
+    assert [(b.stage, b.band.max_rejected) for b in breaches] == [("banned_words", 0.05)]
+    assert out_of_band([summary], config.yields) == []  # without the run's bands: not judged
+
+
+def test_an_own_stage_is_guarded_with_its_own_settings(monkeypatch):
+    """The settings guard records a user stage's class and settings: another word is another digest,
+    for it and every stage after it."""
+    from lenses_data.stages.registry import pipeline_order
+    from lenses_data.stages.settings_guard import expected_settings
+
+    monkeypatch.syspath_prepend(str(REPO_ROOT / EXAMPLE))
+    one, other = (config_from_dict(_extra(settings={"word": w}), environ={}) for w in ("harbor", "kitchen"))
+    order = pipeline_order(one)
+    before, after = expected_settings(one, order), expected_settings(other, order)
+    assert before["banned_words"]["inputs"] == {
+        "pipeline.banned_words.cls": "banned_words:BannedWordStage",
+        "pipeline.banned_words.settings.word": "harbor",
+    }
+    changed = [name for name in order if before[name]["digest"] != after[name]["digest"]]
+    assert changed == order[order.index("banned_words") :]

@@ -102,8 +102,8 @@ def test_a_stage_added_to_the_declaration_builds_and_resumes(prefect_harness, de
 
     written = {p: p.stat().st_mtime_ns for p in (run / WORD_CAP).glob("part-*.parquet")}
     again = build_dataset(**params)
-    for summary in again["stages"]:
-        assert summary["shards_skipped"] == summary["shards"], summary["stage"]
+    for summary in again["stages"][:-1]:  # export rewrites the dataset on every build (as before)
+        assert summary["shards_skipped"] == summary["shards"] > 0, summary["stage"]
     assert {s["stage"]: s["records_out"] for s in again["stages"]} == {
         s["stage"]: s["records_out"] for s in first["stages"]
     }
