@@ -1,4 +1,5 @@
-"""Stage names, their classes (imported lazily) and the pipeline order."""
+"""The stages of a run, built from the declaration (`lenses_data.config.pipeline`): their classes
+(imported lazily), the run order, and each stage placed on the input the run gives it."""
 
 from __future__ import annotations
 
