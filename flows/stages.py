@@ -173,7 +173,8 @@ STAGE_FLOW_DOC = """Run the `{stage}` stage of the Lenses pipeline over every sh
     """
 
 
-def _stage_flow(stage_name: str, help_text: str):
+def _stage_flow(stage_name: str, help_text: str | None = None):
+    help_text = help_text or spec_of(stage_name).help  # the declared stage's one line
     flow_name = stage_name.replace("_", "-")
 
     def stage_flow(
@@ -192,7 +193,6 @@ def _stage_flow(stage_name: str, help_text: str):
     stage_flow.__doc__ = STAGE_FLOW_DOC.format(stage=stage_name, help=help_text)
     return flow(
         name=flow_name,
-        description=help_text,
         log_prints=True,
         retries=FLOW_RETRIES,
         validate_parameters=True,
@@ -203,4 +203,4 @@ def _stage_flow(stage_name: str, help_text: str):
 # One flow per declared stage, as a module attribute `<stage>_flow`: Prefect's entrypoint
 # (`flows/stages.py:<stage>_flow`, the deployments of prefect.yaml).
 for _spec in BUILTIN_STAGES:
-    globals()[f"{_spec.name}_flow"] = _stage_flow(_spec.name, _spec.help)
+    globals()[f"{_spec.name}_flow"] = _stage_flow(_spec.name)
