@@ -147,8 +147,8 @@ def test_the_docs_stage_list_is_the_declaration():
     assert listed == declared
 
 
-def test_a_model_stage_without_a_plan_unit_is_left_out_of_the_plan():
-    """`lenses plan` prices the declared model stages with a plan unit; another is named, not a KeyError."""
+def test_every_declared_model_stage_is_priced_by_the_plan():
+    """`lenses plan` prices the model stages declared with a plan unit (one without: test_plan.py)."""
     from lenses_data.plan import build as plan_build
 
     assert set(plan_build.STAGE_UNIT) == {s.name for s in pipeline.BUILTIN_STAGES if s.role}
