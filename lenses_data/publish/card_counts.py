@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from lenses_data import io
-from lenses_data.config.pipeline import BUILTIN_STAGES, EXPORT, FunnelStep, StageSpec
+from lenses_data.config.pipeline import EXPORT, FunnelStep, StageSpec, builtin
 from lenses_data.schemas import LENS_NAMES, SPLIT_NAMES
 
 # The card's count tables as JSON next to it: the build report (lenses_data.publish.report) shows these same
@@ -55,9 +55,8 @@ def _count(
 def declared_steps(specs: Iterable[StageSpec] | None = None) -> list[tuple[str, FunnelStep]]:
     """(stage, step) of the funnel, in pipeline order: the declared stages', or those of a run
     (`run_specs(config)`, a user's own stages included)."""
-    return [
-        (spec.name, step) for spec in (BUILTIN_STAGES if specs is None else specs) for step in spec.funnel
-    ]
+    specs = builtin().values() if specs is None else specs
+    return [(spec.name, step) for spec in specs for step in spec.funnel]
 
 
 def _step_row(run: Path, stage: str, step: FunnelStep) -> dict[str, Any] | None:

@@ -65,6 +65,15 @@ def with_word_cap(stages: tuple[StageSpec, ...]) -> tuple[StageSpec, ...]:
 
 @pytest.fixture
 def declared_word_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The declaration with the word cap, for this test only: what derives at import (flows,
+    commands, registry, bands) is imported first, from the declaration as shipped, so no later
+    test of the session sees the extra stage."""
+    import flows.build  # noqa: F401 - flows.stages: one flow per declared stage
+    import lenses_app.cli
+    import lenses_data.plan.build  # noqa: F401
+    import lenses_data.stages.export  # noqa: F401 - export_manifest's counted stages
+
+    lenses_app.cli.build_parser()  # the command modules register from the shipped declaration
     monkeypatch.setattr(pipeline, "BUILTIN_STAGES", with_word_cap(pipeline.BUILTIN_STAGES))
 
 

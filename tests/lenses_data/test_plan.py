@@ -322,4 +322,6 @@ def test_a_model_stage_without_a_plan_unit_is_named_not_a_key_error(real_run: Pa
     monkeypatch.setattr(plan_build, "STAGE_UNIT", unit)
     plan = build_plan(real_run, table=_table())
     assert [s.stage for s in plan.stages] == ["filter", "generate", "validate"]
-    assert any(line.startswith("visual_validate: a model stage declared without") for line in plan.assumptions)
+    assert any(
+        line.startswith("visual_validate: a model stage declared without") for line in plan.assumptions
+    )
