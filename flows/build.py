@@ -113,9 +113,10 @@ def build_dataset(
 def judge_yields(config: PipelineConfig, result: dict[str, Any]) -> None:
     """Raise `YieldOutOfBand` when a stage of the funnel left its `yields` band, unless accepted
     (then the breaches are logged and recorded in the result as `accepted_yields`)."""
+    from lenses_data.config.yields import bands_of_run
     from lenses_data.publish.yields import judge_yields as judge
 
-    for line in judge(result, config.yields):
+    for line in judge(result, config.yields, bands_of_run(config)):
         get_run_logger().warning("accepted (yields.accept): %s", line)
 
 

@@ -33,6 +33,7 @@ from flows.reporting import in_flow_run, publish_stage_table, start_progress, up
 from flows.runlogs import lenses_logs_to_run
 from flows.worker_stages import release_worker_stages, worker_stage
 from lenses_data.config import OrchestrationConfig, PipelineConfig, deep_merge
+from lenses_data.config.pipeline import BUILTIN_STAGES, spec_of
 from lenses_data.stages.base import ShardStats, log_simulated, run_stage
 from lenses_data.stages.entry import GuardedRun, run_entered_stage
 from lenses_data.stages.registry import build_stage
@@ -94,6 +95,12 @@ def prefect_shard_map(
     flow's task runner, with the stage's own retries and grouping (`orchestration.stages`)."""
     settings = config.orchestration.for_stage(stage_name)
     options = shard_task_options(settings)
+    # Retries: the config's `orchestration.stages.<stage>.task_retries`, else the stage's declared
+    # default (a user stage's `retries` in its entry), else the global `orchestration.task_retries`.
+    own = config.orchestration.stages.get(stage_name)
+    declared = spec_of(stage_name, config).retries
+    if declared is not None and (own is None or own.task_retries is None):
+        options["retries"] = declared
 
     def submit(batches: list[list[int]]) -> list:
         if all(len(batch) == 1 for batch in batches):
@@ -166,7 +173,7 @@ def run_stage_with_runner(stage_name: str, config: PipelineConfig, run: GuardedR
     return summary
 
 
-STAGE_FLOW_DOC = """Run the `{stage}` stage of the Lenses pipeline over every shard of a run.
+STAGE_FLOW_DOC = """Run the `{stage}` stage of the Lenses pipeline over every shard of a run: {help}.
 
     Args:
         config_path: YAML config file on the worker (e.g. configs/production.yaml); empty: built-in defaults.
@@ -179,7 +186,8 @@ STAGE_FLOW_DOC = """Run the `{stage}` stage of the Lenses pipeline over every sh
     """
 
 
-def _stage_flow(stage_name: str):
+def _stage_flow(stage_name: str, help_text: str | None = None):
+    help_text = help_text or spec_of(stage_name).help  # the declared stage's one line
     flow_name = stage_name.replace("_", "-")
 
     def stage_flow(
@@ -204,7 +212,7 @@ def _stage_flow(stage_name: str):
             return run_explained(body)
 
     stage_flow.__name__ = f"{stage_name}_flow"
-    stage_flow.__doc__ = STAGE_FLOW_DOC.format(stage=stage_name)
+    stage_flow.__doc__ = STAGE_FLOW_DOC.format(stage=stage_name, help=help_text)
     return flow(
         name=flow_name,
         log_prints=True,
@@ -214,12 +222,7 @@ def _stage_flow(stage_name: str):
     )(stage_flow)
 
 
-ingest_flow = _stage_flow("ingest")
-dedupe_flow = _stage_flow("dedupe")
-filter_flow = _stage_flow("filter")
-split_flow = _stage_flow("split")
-generate_flow = _stage_flow("generate")
-rules_flow = _stage_flow("rules")
-validate_flow = _stage_flow("validate")
-visual_validate_flow = _stage_flow("visual_validate")
-export_flow = _stage_flow("export")
+# One flow per declared stage, as a module attribute `<stage>_flow`: Prefect's entrypoint
+# (`flows/stages.py:<stage>_flow`, the deployments of prefect.yaml).
+for _spec in BUILTIN_STAGES:
+    globals()[f"{_spec.name}_flow"] = _stage_flow(_spec.name)

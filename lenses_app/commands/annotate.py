@@ -1,6 +1,8 @@
-"""`lenses filter | generate | rules | validate | visual-validate | export`: run one annotation stage.
+"""`lenses filter | generate | rules | validate | visual-validate | export`: run one stage.
 
-Each command runs its stage over every shard of the run in this process (finished shards are
+One command per stage of the declaration (`lenses_data.config.pipeline`) that has no command module
+of its own, named and described there; a stage added to the declaration gets its command here. Each
+command runs its stage over every shard of the run in this process (finished shards are
 skipped, answered model calls are replayed from the run's journal) and prints the stage summary.
 Like `lenses run`, each goes through `lenses_data.stages.entry`: a live run on the directory is
 refused (exit 3), and so are settings that differ from those the stage's outputs on disk (or the
@@ -14,49 +16,27 @@ from __future__ import annotations
 import argparse
 
 from lenses_app.stage_command import add_config_options, resolve, stage_error
-
-COMMANDS: dict[str, tuple[str, str]] = {
-    "filter": (
-        "filter",
-        "Listing 1: ask the VLM whether each deduplicated image supports clearly different "
-        "non-literal readings (YES/NO); writes RUN/filter and reports the pass rate",
-    ),
-    "generate": (
-        "generate",
-        "Listings 2-3: generate image-side prompts and captions (Prompt/Caption, Focus, "
-        "Category) for every image that passed the filter and has a split; writes RUN/generate",
-    ),
-    "rules": (
-        "rules",
-        "deterministic rule checks (word counts, self-containedness, artifacts, Category, Focus, "
-        "phrase-bank idioms per lens, near-duplicates); writes RUN/rules",
-    ),
-    "validate": (
-        "validate",
-        "Listing 4: text-only validation and light editing of every text (edit, keep or "
-        "discard; Focus and Category fixed); writes RUN/validate",
-    ),
-    "visual-validate": (
-        "visual_validate",
-        "Listing 5: image-grounded validation of test-split texts; other "
-        "splits pass through; writes RUN/visual_validate",
-    ),
-}
+from lenses_data.config.pipeline import BUILTIN_STAGES, EXPORT, spec_of
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    for command, (stage, help_text) in COMMANDS.items():
-        parser = subparsers.add_parser(command, help=help_text, description=help_text)
+    """One command per declared stage without a command module of its own (`StageSpec.own_command`),
+    named and described as the declaration says (`visual_validate` -> `lenses visual-validate`)."""
+    for spec in BUILTIN_STAGES:
+        if spec.own_command:
+            continue
+        parser = subparsers.add_parser(spec.name.replace("_", "-"), help=spec.help, description=spec.help)
         add_config_options(parser)
         parser.add_argument(
             "--simulate", action="store_true", help="answer model calls with the built-in simulator (dry run)"
         )
-        parser.set_defaults(func=handle_stage, stage=stage)
-    parser = subparsers.add_parser(
-        "export",
-        help="write the final dataset: images/captions/prompts/rejections.parquet, manifest.json and a "
-        "dataset card README.md with figures",
-    )
+        parser.set_defaults(func=handle_stage, stage=spec.name)
+    register_export(subparsers)
+
+
+def register_export(subparsers: argparse._SubParsersAction) -> None:
+    """`lenses export`: the export stage, or the dataset written elsewhere (`--out`)."""
+    parser = subparsers.add_parser(EXPORT, help=spec_of(EXPORT).help)
     add_config_options(parser)
     parser.add_argument(
         "--out",
@@ -146,7 +126,7 @@ def handle_export(args: argparse.Namespace) -> int:
             with guarded_run(run):
                 manifest = export_dataset(run, Path(args.out), config)
         else:
-            manifest = run_entered_stage("export", config)
+            manifest = run_entered_stage(EXPORT, config)
     except Exception as error:  # noqa: BLE001 - an expected failure is one line and its exit code
         return stage_error(error, show=show)
     show(manifest)

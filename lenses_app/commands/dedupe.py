@@ -5,14 +5,11 @@ from __future__ import annotations
 import argparse
 
 from lenses_app.stage_command import add_config_options
+from lenses_data.config.pipeline import DEDUPE, spec_of
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "dedupe",
-        help="group near-duplicates of RUN/ingest by perceptual hash (and CLIP embeddings when a local "
-        "checkpoint is configured), keep one survivor per group, write RUN/dedupe and rejections",
-    )
+    parser = subparsers.add_parser(DEDUPE, help=spec_of(DEDUPE).help)
     add_config_options(parser)
     parser.add_argument(
         "--calibrate",
@@ -42,7 +39,7 @@ def handle(args: argparse.Namespace) -> int:
             result = calibrate(args.calibrate, config.dedupe.hash_kind)
             print(json.dumps(result, indent=1) if args.json else format_calibration(result))
             return 0
-        summary = run_entered_stage("dedupe", config)  # lock, settings, setup/close, then its yield
+        summary = run_entered_stage(DEDUPE, config)  # lock, settings, setup/close, then its yield
     except Exception as error:  # noqa: BLE001 - an expected failure is one line and its exit code
         return stage_error(error, (ValueError,), show)
     show(summary)

@@ -9,14 +9,11 @@ from __future__ import annotations
 import argparse
 
 from lenses_app.stage_command import add_config_options
+from lenses_data.config.pipeline import INGEST, spec_of
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "ingest",
-        help="read image folders, CC3M-style TSV/CSV, img2dataset Parquet, WebDataset .tar or WikiArt roots "
-        "into RUN/ingest (accepted images) and RUN/rejections (everything refused, with a reason)",
-    )
+    parser = subparsers.add_parser(INGEST, help=spec_of(INGEST).help)
     parser.add_argument(
         "--source",
         action="append",
@@ -51,7 +48,7 @@ def handle(args: argparse.Namespace) -> int:
 
         checked_sources(config.ingest.sources, config)  # a missing source says so, whatever the run holds
         show = _printer(config.run_dir, started)
-        summary = run_entered_stage("ingest", config)  # lock, settings, run_stage, then its yield
+        summary = run_entered_stage(INGEST, config)  # lock, settings, run_stage, then its yield
     except Exception as error:  # noqa: BLE001 - an expected failure is one line and its exit code
         return stage_error(error, (SourceError, ValueError), show)
     show(summary)

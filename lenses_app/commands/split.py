@@ -5,14 +5,11 @@ from __future__ import annotations
 import argparse
 
 from lenses_app.stage_command import add_config_options
+from lenses_data.config.pipeline import SPLIT, spec_of
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "split",
-        help="assign dedupe survivors (filter-passed ones when RUN/filter is complete) to train/valid/test "
-        "deterministically, whole groups at a time, and report cross-split pairs (always 0)",
-    )
+    parser = subparsers.add_parser(SPLIT, help=spec_of(SPLIT).help)
     add_config_options(parser)
     parser.add_argument(
         "--input",
@@ -35,7 +32,7 @@ def handle(args: argparse.Namespace) -> int:
 
     try:
         config = resolve(args, {"split": {"input_stage": args.input}} if args.input else None)
-        summary = run_entered_stage("split", config)  # lock, settings, setup/close, then its yield
+        summary = run_entered_stage(SPLIT, config)  # lock, settings, setup/close, then its yield
     except Exception as error:  # noqa: BLE001 - an expected failure is one line and its exit code
         return stage_error(error, (ValueError,), show)
     show(summary)

@@ -12,6 +12,7 @@ from lenses_data.annotation import rules
 from lenses_data.annotation.phrase_bank import PhraseBank
 from lenses_data.annotation.rejection_rows import rejection
 from lenses_data.config.annotate import AnnotateConfig
+from lenses_data.config.pipeline import RULES
 
 
 def per_text_violations(
@@ -33,7 +34,7 @@ def per_text_violations(
 
 
 def duplicate_rejections(
-    rows: list[dict[str, Any]], settings: AnnotateConfig, stage: str = "rules"
+    rows: list[dict[str, Any]], settings: AnnotateConfig, stage: str = RULES
 ) -> list[dict[str, Any]]:
     """Near duplicates within each (image, kind), by n-gram overlap, then optionally embeddings."""
     groups: dict[tuple[str, str], list[rules.TextRef]] = defaultdict(list)

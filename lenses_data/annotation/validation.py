@@ -18,6 +18,7 @@ from lenses_data.annotation.prompts import TEMPLATE_OF_KIND
 from lenses_data.annotation.rejection_rows import rejection
 from lenses_data.annotation.text_checks import per_text_violations
 from lenses_data.config.annotate import AnnotateConfig
+from lenses_data.config.pipeline import VALIDATE, VISUAL_VALIDATE
 from lenses_data.config.roles import ROLE_OF_STAGE
 from lenses_data.models import types as codes
 
@@ -48,8 +49,8 @@ class Validator:
         return ROLE_OF_STAGE[self.stage]
 
 
-TEXT_VALIDATOR = Validator("validate", rules.TEXT_VALIDATION, with_image=False)
-VISUAL_VALIDATOR = Validator("visual_validate", rules.VISUAL_VALIDATION, with_image=True)
+TEXT_VALIDATOR = Validator(VALIDATE, rules.TEXT_VALIDATION, with_image=False)
+VISUAL_VALIDATOR = Validator(VISUAL_VALIDATE, rules.VISUAL_VALIDATION, with_image=True)
 
 
 def make_batches(rows: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:

@@ -23,6 +23,7 @@ from lenses_data.config.annotate import AnnotateConfig
 from lenses_data.config.dedupe import DedupeConfig, SplitConfig
 from lenses_data.config.export import ExportConfig
 from lenses_data.config.frozen import FrozenModel
+from lenses_data.config.extra_stages import PipelineSection
 from lenses_data.config.ingest import IngestConfig
 from lenses_data.config.models import ModelsConfig
 from lenses_data.config.orchestration import OrchestrationConfig
@@ -54,6 +55,7 @@ class PipelineConfig(FrozenModel):
     orchestration: OrchestrationConfig = Field(default_factory=OrchestrationConfig)
     simulator: SimulatorSettings = Field(default_factory=SimulatorSettings)
     yields: YieldsConfig = Field(default_factory=YieldsConfig)
+    pipeline: PipelineSection = Field(default_factory=PipelineSection)
 
 
 def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:

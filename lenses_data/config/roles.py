@@ -1,13 +1,16 @@
 """The model roles: each one's name, the stage that asks it and what its requests need of a server.
 
-Written here only. `ModelsConfig` has one section per role (tests/test_facts_once.py holds the two
-together); `lenses serve --role`, `lenses check`, the endpoint probe, the plan, the export manifest and
-the stages' requests read the roles from here.
+Declared with their stages (`lenses_data.config.pipeline`: a model stage names its role and the
+role's needs); this module derives the tables the rest reads. `ModelsConfig` has one section per
+role (tests/test_facts_once.py holds the two together); `lenses serve --role`, `lenses check`, the
+endpoint probe, the plan, the export manifest and the stages' requests read the roles from here.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
+
+from lenses_data.config.pipeline import BUILTIN_STAGES
 
 
 class ModelRole(NamedTuple):
@@ -16,10 +19,7 @@ class ModelRole(NamedTuple):
 
 
 MODEL_ROLES: dict[str, ModelRole] = {
-    "filter": ModelRole(stage="filter", needs=("choice", "image")),  # Listing 1: YES/NO on an image
-    "generator": ModelRole(stage="generate", needs=("json", "image")),  # Listings 2-3
-    "validator": ModelRole(stage="validate", needs=("json",)),  # Listing 4, text only
-    "visual_validator": ModelRole(stage="visual_validate", needs=("json", "image")),  # Listing 5
+    spec.role: ModelRole(stage=spec.name, needs=spec.needs) for spec in BUILTIN_STAGES if spec.role
 }
 ROLES: tuple[str, ...] = tuple(MODEL_ROLES)
 ROLE_OF_STAGE: dict[str, str] = {role.stage: name for name, role in MODEL_ROLES.items()}

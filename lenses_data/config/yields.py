@@ -7,29 +7,21 @@ and a build with a stage outside its band ends with exit code 5 and the reasons'
 `accept` is set (`lenses run --accept-yield`). How the share is judged against the band, with
 room for the sampling noise of small builds: `lenses_data.publish.yields`.
 
-Where the defaults come from (001 = main paper, in shared/seeds):
-- filter: 001 Sec. 3.1 and Table 1, about 10% of the candidates pass (`FILTER_PASS_SHARE`). Out of band
-  when fewer than a fifth of that pass: a constraint or parser that turns answers into NO.
-- rules, validate, visual_validate: 001 says failing texts "are either revised or discarded" and
-  gives no rate; the project's assumptions are a few percent (`SimContentSettings`: 3% text, 1%
-  visual discards; the rules kept 97% of the simulator's texts with the word limits rejecting, more
-  now that they only flag by default, docs/benchmarks.md). A quarter of
-  the texts is several times that: a model that garbles the fixed Focus field, or a validator
-  prompt it misreads, ends far above it.
-- ingest, dedupe: no band (their share is the source's: broken files, duplicate-heavy crawls);
-  generate: none either (its input is images, its output texts: the shares do not compare).
+The stages and their default bands are declared with the pipeline (`lenses_data.config.pipeline`,
+where each default's source is given); this section has one field per declared stage, so an unknown
+stage name is refused. A user's own stage (`pipeline.extra_stages`) carries its band in its entry.
 """
 
 from __future__ import annotations
 
-from pydantic import ConfigDict, Field, model_validator
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from lenses_data.config.frozen import FrozenModel
-from lenses_data.config.paper import FILTER_PASS_SHARE
+from lenses_data.config.pipeline import BUILTIN_STAGES, FILTER_MAX_REJECTED, TEXT_MAX_REJECTED, StageSpec
 
-# A fifth of the paper's filter pass share (10%): the largest share a filter may reject.
-FILTER_MAX_REJECTED = round(1 - FILTER_PASS_SHARE / 5, 3)
-TEXT_MAX_REJECTED = 0.25
+__all__ = ["FILTER_MAX_REJECTED", "TEXT_MAX_REJECTED", "Band", "YieldBands", "YieldsConfig"]
 
 
 class Band(FrozenModel):
@@ -46,25 +38,33 @@ class Band(FrozenModel):
         return self
 
 
-class YieldBands(FrozenModel):
-    """One band per stage (the stage's name); a stage without limits is not judged."""
+def _field_name(stage: str) -> str:
+    """A stage's field: its name, or `<name>_` where that is a BaseModel attribute (`validate`)."""
+    return f"{stage}_" if hasattr(BaseModel, stage) else stage
 
+
+def _band_field(spec: StageSpec) -> Any:
+    band = Band(min_rejected=spec.min_rejected, max_rejected=spec.max_rejected)
+    alias = spec.name if _field_name(spec.name) != spec.name else None
+    return (Band, Field(default_factory=lambda: band, alias=alias))
+
+
+class _BandsBase(FrozenModel):
     # `validate` is a BaseModel method: the field is `validate_`, read and written as `validate`.
     model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
 
-    ingest: Band = Field(default_factory=Band)
-    dedupe: Band = Field(default_factory=Band)
-    filter: Band = Field(default_factory=lambda: Band(max_rejected=FILTER_MAX_REJECTED))
-    split: Band = Field(default_factory=Band)
-    generate: Band = Field(default_factory=Band)
-    rules: Band = Field(default_factory=lambda: Band(max_rejected=TEXT_MAX_REJECTED))
-    validate_: Band = Field(default_factory=lambda: Band(max_rejected=TEXT_MAX_REJECTED), alias="validate")
-    visual_validate: Band = Field(default_factory=lambda: Band(max_rejected=TEXT_MAX_REJECTED))
-    export: Band = Field(default_factory=Band)
-
     def of(self, stage: str) -> Band | None:
         """The band of a stage by its pipeline name; None for a stage this section does not know."""
-        return getattr(self, "validate_" if stage == "validate" else stage, None)
+        return getattr(self, _field_name(stage), None)
+
+
+# One band per declared stage (the stage's name); a stage without limits is not judged.
+YieldBands = create_model(
+    "YieldBands",
+    __base__=_BandsBase,
+    __doc__="One band per stage (the stage's name); a stage without limits is not judged.",
+    **{_field_name(spec.name): _band_field(spec) for spec in BUILTIN_STAGES},
+)
 
 
 class YieldsConfig(FrozenModel):
@@ -80,3 +80,15 @@ class YieldsConfig(FrozenModel):
         "share whose whole interval lies outside the band counts, so a handful of records never does",
     )
     bands: YieldBands = Field(default_factory=YieldBands)
+
+
+def bands_of_run(config: Any) -> dict[str, Band]:
+    """The band of every stage of a run of `config` (a `PipelineConfig`): a built-in stage's from
+    `yields.bands`, a user stage's from its entry in `pipeline.extra_stages`."""
+    from lenses_data.config.pipeline import run_specs
+
+    bands: dict[str, Band] = {}
+    for spec in run_specs(config):
+        own = Band(min_rejected=spec.min_rejected, max_rejected=spec.max_rejected)
+        bands[spec.name] = own if spec.user else (config.yields.bands.of(spec.name) or own)
+    return bands

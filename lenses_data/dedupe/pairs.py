@@ -8,10 +8,11 @@ from pathlib import Path
 import pandas as pd
 
 from lenses_data import io
+from lenses_data.config.pipeline import DEDUPE
 from lenses_data.schemas import DedupePair
 
 PAIRS = "pairs.parquet"
 
 
 def read_pairs(run: str | Path) -> pd.DataFrame:
-    return io.read_shard(io.stage_dir(run, "dedupe") / PAIRS, DedupePair)
+    return io.read_shard(io.stage_dir(run, DEDUPE) / PAIRS, DedupePair)

@@ -15,11 +15,12 @@ import numpy as np
 import pandas as pd
 
 from lenses_data.config.dedupe import DedupeConfig
+from lenses_data.config.pipeline import DEDUPE
 from lenses_data.dedupe.groups import Thresholds, build_groups, combine_pairs
 
 log = logging.getLogger(__name__)
 
-STAGE = "dedupe"
+STAGE = DEDUPE
 REASON = {"phash": "near_duplicate_phash", "both": "near_duplicate_phash", "clip": "near_duplicate_clip",
           "phash_crop": "near_duplicate_crop"}  # fmt: skip
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from lenses_data.config.pipeline import BUILTIN_STAGES, GENERATE
 from lenses_data.config.roles import ROLE_OF_STAGE, ROLES
 from lenses_data.plan.schemas import (
     Assumptions,
@@ -22,15 +23,11 @@ from lenses_data.plan.schemas import (
 from lenses_data.plan.throughput import decode_shape, load_table, model_rates
 from lenses_data.plan.usage import read_stage_stats, run_funnel, target_funnel
 
-# Which funnel count each stage's volume follows.
-STAGE_UNIT = {
-    "filter": "filter_images",
-    "generate": "selected_images",
-    "validate": "selected_images",
-    "visual_validate": "test_images",
-}
+# Which funnel count each model stage's volume follows (declared with the stage; a model stage
+# declared without one is not priced, and the plan says so).
+STAGE_UNIT = {spec.name: spec.plan_unit for spec in BUILTIN_STAGES if spec.role and spec.plan_unit}
 # Stages whose volume grows with the candidates (answers) generated per image and kind.
-PER_ANSWER = frozenset({"generate", "validate", "visual_validate"})
+PER_ANSWER = frozenset(spec.name for spec in BUILTIN_STAGES if spec.per_answer)
 
 
 def stage_scale(stage: str, run_f: Funnel, target_f: Funnel) -> tuple[float, float]:
@@ -72,13 +69,13 @@ def plan_stage(
     text, prefix, completion = _run_tokens(s, a)
     # Generation sends one request per answer; validation one per image and kind (a batch holds the
     # items of every answer), so its request count follows images only.
-    request_scale = images * (answer_ratio if s.stage == "generate" else 1.0)
+    request_scale = images * (answer_ratio if s.stage == GENERATE else 1.0)
     requests = s.requests * request_scale
     cached = prefix * request_scale
     uncached = (text - prefix) * images * answer_ratio
     completion *= images * answer_ratio
     image_requests = requests
-    shared = s.stage == "generate" and a.prefix_cache and a.share_candidate_prefix
+    shared = s.stage == GENERATE and a.prefix_cache and a.share_candidate_prefix
     if shared:
         # Answers of one image and kind go to one replica (the client's image affinity) with the
         # same instructions and image: the prefix cache serves the image, and skips its encoder,
@@ -163,7 +160,7 @@ def build_plan(
     stats = read_stage_stats(run) if stats is None else stats
     if not stats:
         raise PlanError(f"{run}: no journal entries of a model stage in {run}/journal")
-    run_f = run_funnel(run, stats["generate"].answers_per_image if "generate" in stats else 1)
+    run_f = run_funnel(run, stats[GENERATE].answers_per_image if GENERATE in stats else 1)
     target = target_funnel(
         run_f, candidates or run_f.candidates, yields, answers_per_image or run_f.answers_per_image
     )
@@ -171,7 +168,7 @@ def build_plan(
     rates: dict[str, Rates] = {}
     stages = []
     for name in ROLE_OF_STAGE:  # the model stages, in pipeline order
-        if name not in stats:
+        if name not in stats or name not in STAGE_UNIT:  # not run, or declared without a plan unit
             continue
         model = (models or {}).get(stats[name].role) or stats[name].model
         if model not in table.models:
@@ -246,6 +243,11 @@ def assumption_lines(table: ThroughputTable, run_f: Funnel, target: Funnel, stat
         "Generation and validation volume scale with selected images x answers.",
         f"Stages run one after another on all GPUs, plus {a.stage_overhead_minutes:g} min each "
         "(server start, weight load, last shard's tail). Ingest and dedupe run on CPU and are not priced.",
+        *[
+            f"{name}: a model stage declared without a plan unit (`StageSpec.plan_unit`), not priced."
+            for name in stats
+            if name not in STAGE_UNIT
+        ],
         "Per-request token counts are the run's averages: "
         + ", ".join(f"{s.stage} {s.requests} requests ({s.failed} failed)" for s in stats.values())
         + ".",

@@ -11,16 +11,17 @@ from lenses_data import io
 from lenses_data.annotation.prompts import TEMPLATE_OF_KIND
 from lenses_data.annotation.rules import TEXT_VALIDATION, VISUAL_VALIDATION
 from lenses_data.config.paper import PAPER
+from lenses_data.config.pipeline import DEDUPE, FILTER, GENERATE, INGEST, SPLIT, VALIDATE, VISUAL_VALIDATE
 from lenses_data.config.roles import ROLE_OF_STAGE
 from lenses_data.models.journal import JournalEntry, read_run_journal
 from lenses_data.plan.schemas import Funnel, PlanError, StageStats
 
 # The template of each model stage's requests (generate: one per text kind), for its static words.
 TEMPLATES = {
-    "filter": "filter",
-    **{f"generate:{kind}": template for kind, template in TEMPLATE_OF_KIND.items()},
-    "validate": TEXT_VALIDATION,
-    "visual_validate": VISUAL_VALIDATION,
+    FILTER: "filter",
+    **{f"{GENERATE}:{kind}": template for kind, template in TEMPLATE_OF_KIND.items()},
+    VALIDATE: TEXT_VALIDATION,
+    VISUAL_VALIDATE: VISUAL_VALIDATION,
 }
 SIMULATED_PREFIX = "simulated/"
 
@@ -48,8 +49,8 @@ def read_stage_stats(run: str | Path, entries: Iterable[JournalEntry] | None = N
         model = entry.model.removeprefix(SIMULATED_PREFIX)
         s = stats.setdefault(stage, StageStats(stage=stage, role=ROLE_OF_STAGE[stage], model=model))
         template = TEMPLATES.get(f"{stage}:{kind}", TEMPLATES.get(stage))
-        if template not in words:
-            words[template] = _template_words(template)
+        if template not in words:  # a stage without a template here: no static prefix counted
+            words[template] = _template_words(template) if template else 0
         s.requests += 1
         s.failed += entry.status != "ok"
         s.simulated += bool(entry.simulated)
@@ -59,7 +60,7 @@ def read_stage_stats(run: str | Path, entries: Iterable[JournalEntry] | None = N
         if "cached_tokens" in entry.usage:  # vLLM --enable-prompt-tokens-details, the simulator
             s.cached += int(entry.usage["cached_tokens"])
             s.cached_reported += 1
-        if stage == "generate" and entry.key.count(":") >= 3:
+        if stage == GENERATE and entry.key.count(":") >= 3:
             s.answers_per_image = max(s.answers_per_image, int(entry.key.split(":")[3]) + 1)
     return stats
 
@@ -74,8 +75,8 @@ def _stat(marker: dict[str, Any] | None, *names: str) -> float | None:
 
 def run_funnel(run: str | Path, answers_per_image: int = 1) -> Funnel:
     """Candidates and the images each model stage saw, from the run's success markers."""
-    ingest, dedupe = io.read_marker(run, "ingest"), io.read_marker(run, "dedupe")
-    filt, split = io.read_marker(run, "filter"), io.read_marker(run, "split")
+    ingest, dedupe = io.read_marker(run, INGEST), io.read_marker(run, DEDUPE)
+    filt, split = io.read_marker(run, FILTER), io.read_marker(run, SPLIT)
     if filt is None:
         raise PlanError(f"{run}: no finished filter stage (filter/{io.SUCCESS_MARKER}); nothing to plan from")
     filter_images = _stat(filt, "records_in", "decided") or 0.0

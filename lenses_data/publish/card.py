@@ -190,15 +190,17 @@ def write_card(
     metadata: dict[str, Any] | None = None,
     licences: pd.DataFrame | None = None,
     caption_texts: pa.Table | None = None,
+    funnel_steps: list | None = None,
 ) -> Path:
     """Write out/README.md (front matter `metadata` for the Hub, when given) and out/figures/*.png.
 
     `captions` and `prompts` need only the card's columns (`export_texts.card_frame`) when the caption
-    texts come as Arrow in `caption_texts` (image_id, text); otherwise `captions` holds the texts."""
+    texts come as Arrow in `caption_texts` (image_id, text); otherwise `captions` holds the texts.
+    `funnel_steps`: the run's stages' funnel rows (`card_counts.declared_steps`; default the declared)."""
     from lenses_data.publish.card_meta import front_matter
 
     figures = plot_figures(out, images, captions, prompts)
-    counts = count_tables(run, images, captions, prompts, rejections)
+    counts = count_tables(run, images, captions, prompts, rejections, funnel_steps)
     write_counts(out, counts)
     shares, families = idiom_tables(captions, prompts)
     lines = [front_matter(metadata)] if metadata else []

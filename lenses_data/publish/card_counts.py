@@ -4,12 +4,14 @@ candidate images to final texts, and rejections by stage and reason; saved as JS
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from lenses_data import io
+from lenses_data.config.pipeline import EXPORT, FunnelStep, StageSpec, builtin
 from lenses_data.schemas import LENS_NAMES, SPLIT_NAMES
 
 # The card's count tables as JSON next to it: the build report (lenses_data.publish.report) shows these same
@@ -50,42 +52,47 @@ def _count(
         return None
 
 
-def funnel(run: Path, images: pd.DataFrame, captions: pd.DataFrame, prompts: pd.DataFrame) -> pd.DataFrame:
-    """From candidate images to final texts, stage by stage."""
-    rows: list[dict[str, Any]] = []
-    ingest = _count(run, "ingest")
-    if ingest is not None:
-        rows.append({"Step": "ingest: decoded candidate images", "Images": len(ingest)})
-    dedupe = _count(run, "dedupe", "kept")
-    if dedupe is not None:
-        rows.append({"Step": "dedupe: one per near-duplicate group", "Images": int(dedupe["kept"].sum())})
-    decisions = _count(run, "filter", "passed")
-    if decisions is not None:
-        rows.append({"Step": "filter: decided (Listing 1)", "Images": len(decisions)})
-        rows.append({"Step": "filter: passed (YES)", "Images": int(decisions["passed"].sum())})
-    split = _count(run, "split")
-    if split is not None:
-        rows.append({"Step": "split: assigned", "Images": len(split)})
-    for stage, label in (
-        ("generate", "generated"),
-        ("rules", "rule checks passed"),
-        ("validate", "text-validated"),
-        ("visual_validate", "after visual validation (test)"),
-    ):
+def declared_steps(specs: Iterable[StageSpec] | None = None) -> list[tuple[str, FunnelStep]]:
+    """(stage, step) of the funnel, in pipeline order: the declared stages', or those of a run
+    (`run_specs(config)`, a user's own stages included)."""
+    specs = builtin().values() if specs is None else specs
+    return [(spec.name, step) for spec in specs for step in spec.funnel]
+
+
+def _step_row(run: Path, stage: str, step: FunnelStep) -> dict[str, Any] | None:
+    """One funnel row of `stage`'s files, or None when the stage has none (not run, or no such column)."""
+    if step.count == "rows":
+        frame = _count(run, stage)
+        return None if frame is None else {"Step": f"{stage}: {step.label}", "Images": len(frame)}
+    if step.count == "texts":
         texts = _count(run, stage, "kind", ("image_id",))
-        if texts is not None:
-            kinds = texts["kind"].value_counts()
-            rows.append(
-                {
-                    "Step": f"{stage}: {label}",
-                    "Images": texts["image_id"].nunique(),
-                    "Prompts": int(kinds.get("prompt", 0)),
-                    "Captions": int(kinds.get("caption", 0)),
-                }
-            )
+        if texts is None:
+            return None
+        kinds = texts["kind"].value_counts()
+        return {
+            "Step": f"{stage}: {step.label}",
+            "Images": texts["image_id"].nunique(),
+            "Prompts": int(kinds.get("prompt", 0)),
+            "Captions": int(kinds.get("caption", 0)),
+        }
+    flags = _count(run, stage, step.count)  # a boolean column: its true rows
+    return (
+        None if flags is None else {"Step": f"{stage}: {step.label}", "Images": int(flags[step.count].sum())}
+    )
+
+
+def funnel(
+    run: Path,
+    images: pd.DataFrame,
+    captions: pd.DataFrame,
+    prompts: pd.DataFrame,
+    steps: list[tuple[str, FunnelStep]] | None = None,
+) -> pd.DataFrame:
+    """From candidate images to final texts, stage by stage (`steps`: default the declared ones)."""
+    rows = [row for stage, step in steps or declared_steps() if (row := _step_row(run, stage, step))]
     rows.append(
         {
-            "Step": "export: final dataset",
+            "Step": f"{EXPORT}: final dataset",
             "Images": len(images),
             "Prompts": len(prompts),
             "Captions": len(captions),
@@ -106,13 +113,19 @@ def rejection_table(rejections: pd.DataFrame) -> pd.DataFrame:
 
 
 def count_tables(
-    run: Path, images: pd.DataFrame, captions: pd.DataFrame, prompts: pd.DataFrame, rejections: pd.DataFrame
+    run: Path,
+    images: pd.DataFrame,
+    captions: pd.DataFrame,
+    prompts: pd.DataFrame,
+    rejections: pd.DataFrame,
+    steps: list[tuple[str, FunnelStep]] | None = None,
 ) -> dict[str, pd.DataFrame]:
-    """Table 1 for captions and prompts, the funnel, and rejections by stage and reason."""
+    """Table 1 for captions and prompts, the funnel (`steps`: the run's, default the declared
+    stages'), and rejections by stage and reason."""
     return {
         "captions": split_lens_table(images, captions, "Captions"),
         "prompts": split_lens_table(images, prompts, "Prompts"),
-        "funnel": funnel(run, images, captions, prompts),
+        "funnel": funnel(run, images, captions, prompts, steps),
         "rejections": rejection_table(rejections),
     }
 

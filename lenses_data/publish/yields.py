@@ -10,7 +10,7 @@ not (it starts at 22%), so small test and sample builds are not failed by chance
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,12 +68,15 @@ class YieldOutOfBand(Exception):
         )
 
 
-def judge_yields(result: dict[str, Any], config: YieldsConfig) -> list[str]:
+def judge_yields(
+    result: dict[str, Any], config: YieldsConfig, bands: Mapping[str, Band] | None = None
+) -> list[str]:
     """Judge the stages of `result["stages"]` (a build's funnel, or the one stage a command or a
     stage flow ran): raise `YieldOutOfBand` when one left its band, unless `config.accept`; then
     the breaches' descriptions, also kept in the result as `accepted_yields`, for the caller to
-    report (stderr, the Prefect run's log)."""
-    breaches = out_of_band(result["stages"], config)
+    report (stderr, the Prefect run's log). `bands`: every stage's of the run (`bands_of_run`: a
+    user stage's too); default `config.bands`."""
+    breaches = out_of_band(result["stages"], config, bands)
     if breaches and not config.accept:
         raise YieldOutOfBand(breaches, result)
     accepted = [breach.describe() for breach in breaches]
@@ -90,10 +93,13 @@ def wilson_interval(hits: int, n: int, z: float) -> tuple[float, float]:
     return max(0.0, (centre - spread) / scale), min(1.0, (centre + spread) / scale)
 
 
-def judge_stage(summary: dict[str, Any], config: YieldsConfig) -> YieldBreach | None:
-    """The breach of one stage's summary, or None (in band, no band, or no records in)."""
+def judge_stage(
+    summary: dict[str, Any], config: YieldsConfig, bands: Mapping[str, Band] | None = None
+) -> YieldBreach | None:
+    """The breach of one stage's summary, or None (in band, no band, or no records in). `bands`:
+    every stage's of the run (`bands_of_run`, a user stage's too); default `config.bands`."""
     stage = str(summary.get("stage", ""))
-    band = config.bands.of(stage)
+    band = bands.get(stage) if bands is not None else config.bands.of(stage)
     records_in, rejected = int(summary.get("records_in") or 0), int(summary.get("rejected") or 0)
     if band is None or records_in <= 0 or (band.min_rejected is None and band.max_rejected is None):
         return None
@@ -105,9 +111,11 @@ def judge_stage(summary: dict[str, Any], config: YieldsConfig) -> YieldBreach | 
     return YieldBreach(stage, records_in, rejected, (low, high), band, dict(summary.get("reasons") or {}))
 
 
-def out_of_band(summaries: Iterable[dict[str, Any]], config: YieldsConfig) -> list[YieldBreach]:
+def out_of_band(
+    summaries: Iterable[dict[str, Any]], config: YieldsConfig, bands: Mapping[str, Band] | None = None
+) -> list[YieldBreach]:
     """Every stage of the funnel whose rejection share left its band, in pipeline order."""
-    return [breach for summary in summaries if (breach := judge_stage(summary, config)) is not None]
+    return [breach for summary in summaries if (breach := judge_stage(summary, config, bands)) is not None]
 
 
 def _by_count(reasons: dict[str, int]) -> list[tuple[str, int]]:

@@ -14,6 +14,7 @@ import pandas as pd
 from pydantic import BaseModel
 
 from lenses_data import io
+from lenses_data.config.pipeline import INGEST, SPLIT
 from lenses_data.schemas import LensText, Rejection, SplitAssignment, column_names
 
 TEXT_COLUMNS: tuple[str, ...] = tuple(column_names(LensText))
@@ -34,17 +35,17 @@ def records_frame(rows: Iterable[dict[str, Any]], model: type[BaseModel]) -> pd.
 
 def split_lookup(run: Path) -> dict[str, str]:
     """image_id -> split, for the images the split stage selected."""
-    frame = io.read_stage(run, "split", SplitAssignment)
+    frame = io.read_stage(run, SPLIT, SplitAssignment)
     return dict(zip(frame["image_id"], frame["split"].astype(str), strict=True))
 
 
 def ingest_paths(run: Path, shard: int) -> dict[str, str]:
     """image_id -> local path, from the ingest shard with the same index (shards stay aligned)."""
-    path = io.shard_path(run, "ingest", shard)
+    path = io.shard_path(run, INGEST, shard)
     if path.exists():
         frame = io.read_shard(path)
     else:  # shard numbering changed upstream: fall back to the whole stage
-        frame = io.read_stage(run, "ingest")
+        frame = io.read_stage(run, INGEST)
     return dict(zip(frame["image_id"], frame["path"], strict=True))
 
 

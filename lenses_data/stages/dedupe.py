@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from lenses_data import io
 from lenses_data.config import PipelineConfig
+from lenses_data.config.pipeline import DEDUPE, FILTER, INGEST, spec_of
 from lenses_data.dedupe.pairs import PAIRS
 from lenses_data.schemas import (
     CandidateImage,
@@ -37,7 +38,7 @@ from lenses_data.stages.rebuild import EARLIER_OUTPUT, EARLIER_REJECTIONS, drop_
 
 log = logging.getLogger(__name__)
 
-STAGE = "dedupe"
+STAGE = DEDUPE
 SUMMARY = "summary.json"
 EMBEDDINGS = "embeddings.npy"
 EMBEDDING_IDS = "embedding_ids.npy"
@@ -57,10 +58,10 @@ def load_candidates(run: Path, config: PipelineConfig) -> pd.DataFrame:
     import pyarrow.parquet as pq
 
     schema = arrow_schema(CandidateImage)
-    tables = [pq.read_table(p, schema=schema, columns=COLUMNS) for p in io.stage_shards(run, "ingest")]
+    tables = [pq.read_table(p, schema=schema, columns=COLUMNS) for p in io.stage_shards(run, INGEST)]
     table = pa.concat_tables(tables) if tables else schema.empty_table().select(COLUMNS)
-    if not config.dedupe_before_filter and io.stage_is_complete(run, "filter"):
-        decisions = io.read_stage(run, "filter", FilterDecision)
+    if not config.dedupe_before_filter and io.stage_is_complete(run, FILTER):
+        decisions = io.read_stage(run, FILTER, FilterDecision)
         passed = pa.array(decisions.loc[decisions["passed"], "image_id"].tolist(), pa.string())
         table = table.filter(pc.is_in(table.column("image_id"), value_set=passed))
     phash = table.column("phash").fill_null(0).to_numpy()
@@ -104,7 +105,7 @@ class DedupeStage(GlobalStage):
     name = STAGE
     # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.stages.settings_guard).
     output_settings = ("dedupe_before_filter", "dedupe")
-    input_stage = "ingest"
+    input_stage = spec_of(STAGE).input  # as declared; the registry sets the run's
     reads = tuple(COLUMNS)
     writes = tuple(DedupeRecord.model_fields)
     needs_finished_input = True

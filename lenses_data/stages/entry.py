@@ -12,7 +12,7 @@ flow-run id for the lock's owner file.
             run.begin(stage)                                # records RUN/<stage>/_SETTINGS.json
             ...
 
-    summary = run_entered_stage("rules", config)            # one stage on its own: the lock,
+    summary = run_entered_stage(RULES, config)              # one stage on its own: the lock,
                                                             # the guard, setup/close, run_stage,
                                                             # then its yield judged
 
@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from lenses_data.config import ConfigError, PipelineConfig
+from lenses_data.config.yields import bands_of_run
 from lenses_data.publish.yields import judge_yields
 from lenses_data.runlock import run_directory_lock
 from lenses_data.stages.rebuild import finish_pending, replace_stages, uncommit
@@ -145,5 +146,5 @@ def run_entered_stage(
     with guarded_stage(stage, config, flow_run_id) as run:
         with scope(config) if scope else contextlib.nullcontext(config) as working:
             summary = runner(stage, working, run)
-    accepted = judge_yields({"run_dir": config.run_dir, "stages": [summary]}, config.yields)
+    accepted = judge_yields({"run_dir": config.run_dir, "stages": [summary]}, config.yields, bands_of_run(config))
     return {**summary, "accepted_yields": accepted} if accepted else summary

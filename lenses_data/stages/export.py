@@ -38,6 +38,7 @@ from lenses_data import io
 from lenses_data.annotation.prompts import all_prompt_hashes
 from lenses_data.config import PipelineConfig
 from lenses_data.config.export import ExportConfig
+from lenses_data.config.pipeline import FILTER, run_specs
 from lenses_data.models.journal import read_run_journal, tally_usage
 from lenses_data.models.reuse_report import tally_calls
 from lenses_data.plan.usage import read_stage_stats
@@ -52,7 +53,14 @@ from lenses_data.stages.export_tables import (
     read_columns,
     typed_parquet,
 )
-from lenses_data.stages.export_texts import FINAL_STAGE, STAGE, card_frame, final_images, read_final_texts
+from lenses_data.stages.export_texts import (
+    FINAL_STAGE,
+    STAGE,
+    card_frame,
+    final_images,
+    final_stage,
+    read_final_texts,
+)
 from lenses_data.stages.global_base import GlobalStage
 
 log = logging.getLogger(__name__)
@@ -74,11 +82,14 @@ def give_back_memory() -> None:
 def export_dataset(run: str | Path, out: str | Path, config: PipelineConfig) -> dict[str, Any]:
     """Write the dataset folder `out` from a finished run; returns the manifest as a dict."""
     from lenses_data.publish.card import write_card
+    from lenses_data.publish.card_counts import declared_steps
     from lenses_data.publish.card_meta import card_metadata, licence_counts
 
     run, out = Path(run), Path(out)
     give_back_memory()
-    captions, prompts, texts = read_final_texts(run)  # texts: distinct image_id, model, simulated
+    captions, prompts, texts = read_final_texts(
+        run, final_stage(config)
+    )  # texts: distinct image_id, model, simulated
     images, empty = final_images(run, texts)
     text_models, texts_simulated = texts[["model"]], bool(texts["simulated"].any())
     del texts
@@ -87,7 +98,7 @@ def export_dataset(run: str | Path, out: str | Path, config: PipelineConfig) -> 
         if len(empty)
         else io.read_rejections(run)
     )
-    filters = read_columns(run, "filter", FilterDecision, ("model", "simulated"), require_complete=False)
+    filters = read_columns(run, FILTER, FilterDecision, ("model", "simulated"), require_complete=False)
     simulated = texts_simulated or bool(len(filters) and filters["simulated"].any())
 
     typed_parquet(out / "images.parquet", images, ExportImage)
@@ -116,7 +127,7 @@ def export_dataset(run: str | Path, out: str | Path, config: PipelineConfig) -> 
         models=model_info(config, text_models, set(filters["model"]) if len(filters) else set()),
         prompt_hashes=all_prompt_hashes(),
         package_versions=package_versions(),
-        counts=stage_counts(run),
+        counts=stage_counts(run, [spec.name for spec in run_specs(config) if spec.name != STAGE]),
         simulated=simulated,
         tables={
             "images.parquet": len(images),
@@ -142,6 +153,7 @@ def export_dataset(run: str | Path, out: str | Path, config: PipelineConfig) -> 
         metadata,
         licence_counts(images["licence"]),
         caption_texts=caption_texts,
+        funnel_steps=declared_steps(run_specs(config)),
     )
     write_build_report(run, out, config.export)
     return payload
@@ -170,7 +182,7 @@ class ExportStage(GlobalStage):
     name = STAGE
     # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.stages.settings_guard).
     output_settings = ("export",)
-    input_stage = FINAL_STAGE
+    input_stage = FINAL_STAGE  # as declared; the registry sets the run's
     reads = tuple(LensText.model_fields)
     writes = ()  # no output shard: export writes the named tables and folders below
     output_files = (

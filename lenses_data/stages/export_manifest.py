@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from lenses_data import io
+from lenses_data.config.pipeline import EXPORT, FILTER, GENERATE
 from lenses_data.config.roles import ROLE_OF_STAGE, ROLES
 from lenses_data.schemas import StageCount
 from lenses_data.stages.registry import STAGES
@@ -20,8 +22,8 @@ if TYPE_CHECKING:
 
 # The export stage's logger: the plan's warning is the export's.
 log = logging.getLogger("lenses_data.stages.export")
-# Every stage before the export itself, in the registry's order.
-COUNTED_STAGES = tuple(name for name in STAGES if name != "export")
+# Every declared stage before the export itself, in the declared order.
+COUNTED_STAGES = tuple(name for name in STAGES if name != EXPORT)
 PACKAGES = (
     "lenses-data",
     "pandas",
@@ -35,15 +37,16 @@ PACKAGES = (
 )
 
 
-def stage_counts(run: Path) -> list[StageCount]:
+def stage_counts(run: Path, stages: Sequence[str] = COUNTED_STAGES) -> list[StageCount]:
     """Records in/out/rejected per stage, the same numbers as the build's funnel.
 
     Shard-mapped stages record them in their success marker. Ingest, dedupe and split write
     their own summaries there instead, so their counts come from their Parquet files: out = rows
     (dedupe: the rows it kept), rejected = rows of its rejection files, in = out + rejected.
+    `stages`: the run's stages before export (a user's own included), default the declared ones.
     """
     counts = []
-    for stage in COUNTED_STAGES:
+    for stage in stages:
         marker = io.read_marker(run, stage)
         if marker is None:
             continue
@@ -109,8 +112,8 @@ def model_info(
             "base_urls": settings.base_urls,
         }
     # The models that answered: the filter's decisions, and the generated texts' (validators keep them).
-    info[ROLE_OF_STAGE["filter"]]["answered_by"] = sorted(filter_models)
-    info[ROLE_OF_STAGE["generate"]]["answered_by"] = sorted(set(texts["model"])) if len(texts) else []
+    info[ROLE_OF_STAGE[FILTER]]["answered_by"] = sorted(filter_models)
+    info[ROLE_OF_STAGE[GENERATE]]["answered_by"] = sorted(set(texts["model"])) if len(texts) else []
     return info
 
 

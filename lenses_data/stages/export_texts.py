@@ -10,12 +10,22 @@ import pyarrow as pa
 
 from lenses_data import io
 from lenses_data.annotation.rejection_rows import rejection
+from lenses_data.config import PipelineConfig
+from lenses_data.config.pipeline import EXPORT, FILTER, INGEST, SPLIT, spec_of
 from lenses_data.schemas import CandidateImage, FilterDecision, LensText, SplitAssignment, arrow_schema
 from lenses_data.stages._annotate import rejections_frame
 from lenses_data.stages.export_tables import ExportText, categorical_codes, read_columns
 
-STAGE = "export"  # images left without texts become export's own rejections
-FINAL_STAGE = "visual_validate"
+STAGE = EXPORT  # images left without texts become export's own rejections
+# The stage whose texts are final: export's input as declared (a run's own stages may place
+# another in between: `final_stage(config)`).
+FINAL_STAGE = spec_of(EXPORT).input
+
+
+def final_stage(config: PipelineConfig) -> str:
+    """The stage whose texts a run of `config` exports: the input export reads in that run."""
+    return str(spec_of(EXPORT, config).input)
+
 
 # The columns of the final texts the card's tables count; the texts themselves stay in Arrow.
 CARD_COLUMNS = ("image_id", "split", "lens", "model", "idioms", "flags")
@@ -51,14 +61,15 @@ def card_frame(texts: pa.Table) -> pd.DataFrame:
     return frame
 
 
-def read_final_texts(run: Path) -> tuple[pa.Table, pa.Table, pd.DataFrame]:
+def read_final_texts(run: Path, final: str = FINAL_STAGE) -> tuple[pa.Table, pa.Table, pd.DataFrame]:
     """captions, prompts (Arrow, sorted), and one row per distinct (image_id, model, simulated).
 
     The texts stay Arrow (~0.4 KB a text) all through export: the flat tables and the Hugging Face
     shards are written from Arrow, and the card reads `card_frame`s plus the caption texts in
     batches. As pandas objects (~2.3 KB a text) they were export's peak at 100k candidates. Each
     shard is split by kind as it is read, and only the columns the export writes are read, so the
-    whole final table is never held next to the sorted copies."""
+    whole final table is never held next to the sorted copies. `final`: the stage read
+    (`final_stage(config)`)."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -67,7 +78,7 @@ def read_final_texts(run: Path) -> tuple[pa.Table, pa.Table, pd.DataFrame]:
     schema = pa.schema([full.field(name) for name in wanted])
     parts: dict[str, list[pa.Table]] = {"caption": [], "prompt": []}
     light_parts = []
-    for path in io.stage_shards(run, FINAL_STAGE):
+    for path in io.stage_shards(run, final):
         shard = pq.read_table(path, columns=wanted, schema=schema)
         light_parts.append(
             shard.select(["image_id", "model", "simulated"]).group_by(LIGHT_KEYS).aggregate([])
@@ -88,12 +99,12 @@ def read_final_texts(run: Path) -> tuple[pa.Table, pa.Table, pd.DataFrame]:
 def final_images(run: Path, texts: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Images the filter passed and the split stage assigned that kept at least one text; the
     others of those become rejections (`no_texts_left`)."""
-    splits = io.read_stage(run, "split", SplitAssignment)
-    decisions = read_columns(run, "filter", FilterDecision, ("image_id", "passed"))
+    splits = io.read_stage(run, SPLIT, SplitAssignment)
+    decisions = read_columns(run, FILTER, FilterDecision, ("image_id", "passed"))
     splits = splits[splits["image_id"].isin(set(decisions.loc[decisions["passed"], "image_id"]))]
     del decisions
     wanted = ("image_id", "path", "width", "height", "source", "licence")
-    ingest = read_columns(run, "ingest", CandidateImage, wanted)
+    ingest = read_columns(run, INGEST, CandidateImage, wanted)
     images = splits.merge(ingest.drop_duplicates("image_id"), on="image_id", how="left")
     images["path"] = images["path"].map(lambda p: str(Path(p).resolve()) if isinstance(p, str) else p)
     with_texts = set(texts["image_id"])

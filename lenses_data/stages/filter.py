@@ -20,13 +20,14 @@ from lenses_data.annotation.prompts import FILTER_TEMPLATE, get_template
 from lenses_data.annotation.rejection_rows import failed_result_rejection, rejection
 from lenses_data.config import PipelineConfig
 from lenses_data.config.paper import FILTER_PASS_SHARE
+from lenses_data.config.pipeline import DEDUPE, FILTER, spec_of
 from lenses_data.config.roles import ROLE_OF_STAGE, role_settings
 from lenses_data.models.types import AnswerClient, ModelRequest
 from lenses_data.schemas import CandidateImage, DedupeRecord, FilterDecision
 from lenses_data.stages._annotate import records_frame, rejections_frame
 from lenses_data.stages.annotation_base import AnnotationStage
 
-STAGE = "filter"
+STAGE = FILTER
 ROLE = ROLE_OF_STAGE[STAGE]
 TEMPLATE = FILTER_TEMPLATE
 REJECT_NO = "filter_no"
@@ -44,7 +45,7 @@ class FilterStage(AnnotationStage):
         *role_settings(ROLE, "model", "sampling", "mm_processor_kwargs", "image_placeholder"),
         f"prompt:{TEMPLATE}",
     )
-    input_stage = "ingest"
+    input_stage = spec_of(STAGE).input  # as declared; the registry sets the run's
     model = FilterDecision
     reads = ("image_id", "path")
     writes = tuple(FilterDecision.model_fields)
@@ -61,7 +62,7 @@ class FilterStage(AnnotationStage):
         if not self.config.dedupe_before_filter:
             return None
         if self._kept is None:
-            dedupe = io.read_stage(run, "dedupe", DedupeRecord)
+            dedupe = io.read_stage(run, DEDUPE, DedupeRecord)
             self._kept = set(dedupe.loc[dedupe["kept"], "image_id"])
         return self._kept
 

@@ -20,6 +20,8 @@ from lenses_data.annotation.phrase_bank import default_phrase_bank
 from lenses_data.annotation.prompts import TEMPLATE_OF_KIND, get_template
 from lenses_data.annotation.rejection_rows import failed_result_rejection, rejection
 from lenses_data.config import PipelineConfig
+from lenses_data.config.annotate import AnnotateConfig
+from lenses_data.config.pipeline import GENERATE, spec_of
 from lenses_data.config.roles import ROLE_OF_STAGE, role_settings
 from lenses_data.ids import text_id
 from lenses_data.models.types import AnswerClient, ModelRequest
@@ -33,7 +35,7 @@ from lenses_data.stages._annotate import (
 )
 from lenses_data.stages.annotation_base import AnnotationStage
 
-STAGE = "generate"
+STAGE = GENERATE
 ROLE = ROLE_OF_STAGE[STAGE]
 DUPLICATE_ITEM = "duplicate_item"
 
@@ -99,7 +101,7 @@ class GenerateStage(AnnotationStage):
         *role_settings(ROLE, "model", "sampling", "mm_processor_kwargs", "image_placeholder"),
         *(f"prompt:{template}" for template in TEMPLATE_OF_KIND.values()),
     )
-    input_stage = "filter"
+    input_stage = spec_of(STAGE).input  # as declared; the registry sets the run's
     reads = ("image_id", "path", "split")
     writes = tuple(LensText.model_fields)
 

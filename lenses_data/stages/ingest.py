@@ -28,6 +28,7 @@ from lenses_data.candidates.fetch import FetchError, fetch_url
 from lenses_data.candidates.imaging import DecodeLimits
 from lenses_data.candidates.sources import SourceItem, detect_kind, iter_source
 from lenses_data.config import PipelineConfig
+from lenses_data.config.pipeline import INGEST, spec_of
 from lenses_data.schemas import CandidateImage, Rejection
 from lenses_data.stages.base import ShardStats, check_columns
 from lenses_data.stages.global_base import GlobalStage
@@ -35,7 +36,7 @@ from lenses_data.stages.ingest_append import earlier_pool, write_appended
 from lenses_data.stages.ingest_exec import DecodePool, LazyClient, Progress, batched, ordered
 from lenses_data.stages.ingest_rows import METADATA_FIELDS, SUMMARY_FILE, KeptImages, remove_stale, shards_of
 
-STAGE = "ingest"
+STAGE = INGEST
 EXACT_DUPLICATE = "exact_duplicate"
 log = logging.getLogger(__name__)
 
@@ -316,7 +317,7 @@ class IngestStage(GlobalStage):
         "ingest.allowed_formats",
         "ingest.folder_skip_suffixes",
     )
-    input_stage = None
+    input_stage = spec_of(STAGE).input  # as declared; the registry sets the run's
     appends_sources = True  # sources appended to the list are added as new shards (ingest_append)
     reads = ()  # no input frame: the images come from the configured sources
     sources_setting = "ingest.sources"  # the config path naming those sources

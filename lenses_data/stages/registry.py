@@ -1,4 +1,5 @@
-"""Stage names, their classes (imported lazily) and the pipeline order."""
+"""The stages of a run, built from the declaration (`lenses_data.config.pipeline`): their classes
+(imported lazily), the run order, and each stage placed on the input the run gives it."""
 
 from __future__ import annotations
 
@@ -8,44 +9,35 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lenses_data.config.pipeline import BUILTIN_STAGES, StageSpec, run_specs, spec_of
 from lenses_data.config.roles import ROLE_OF_STAGE
 
 if TYPE_CHECKING:
     from lenses_data.config import PipelineConfig
     from lenses_data.stages.base import Stage
 
-# The stages, written here only, in run order (with dedupe before the filter, the default):
-# name -> "module:Class"; modules are imported only when the stage is built.
-STAGES: dict[str, str] = {
-    "ingest": "lenses_data.stages.ingest:IngestStage",
-    "dedupe": "lenses_data.stages.dedupe:DedupeStage",
-    "filter": "lenses_data.stages.filter:FilterStage",
-    "split": "lenses_data.stages.split:SplitStage",
-    "generate": "lenses_data.stages.generate:GenerateStage",
-    "rules": "lenses_data.stages.rules:RulesStage",
-    "validate": "lenses_data.stages.validate:ValidateStage",
-    "visual_validate": "lenses_data.stages.visual_validate:VisualValidateStage",
-    "export": "lenses_data.stages.export:ExportStage",
-}
+# The built-in stages in declared order: name -> "module:Class" (`lenses_data.config.pipeline`);
+# modules are imported only when the stage is built.
+STAGES: dict[str, str] = {spec.name: spec.cls for spec in BUILTIN_STAGES}
 
-# The stages that ask a model: those a model role names (lenses_data.config.roles).
+# The built-in stages that ask a model: those a model role names.
 MODEL_STAGES = frozenset(ROLE_OF_STAGE)
 
 
 def pipeline_order(config: PipelineConfig) -> list[str]:
-    """Stages in run order. Dedupe goes before the VLM filter unless the config restores the paper's order."""
-    order = list(STAGES)
-    if not config.dedupe_before_filter:  # the paper's order: the filter sees every candidate
-        dedupe, vlm_filter = order.index("dedupe"), order.index("filter")
-        order[dedupe], order[vlm_filter] = order[vlm_filter], order[dedupe]
-    return order
+    """Stages of a run in order: the declared ones (dedupe before the VLM filter unless the config
+    restores the paper's order) with the config's own stages placed (`pipeline.extra_stages`)."""
+    return [spec.name for spec in run_specs(config)]
 
 
-def stage_class(name: str) -> type:
-    if name not in STAGES:
-        raise KeyError(f"unknown stage {name!r}; known: {', '.join(STAGES)}")
-    module_name, _, class_name = STAGES[name].partition(":")
+def _import(path: str) -> type:
+    module_name, _, class_name = path.partition(":")
     return getattr(importlib.import_module(module_name), class_name)
+
+
+def stage_class(name: str, config: PipelineConfig | None = None) -> type:
+    """A stage's class: a declared one, or one of `config`'s own stages."""
+    return _import(spec_of(name, config).cls)
 
 
 def build_stage(name: str, config: PipelineConfig, *, with_client: bool = True) -> Stage:
@@ -54,13 +46,27 @@ def build_stage(name: str, config: PipelineConfig, *, with_client: bool = True) 
     `with_client=False` builds a model stage without one, for work that makes no model call
     (listing shards, finishing); the caller closes a client it asked for (see `open_stage`).
     """
-    cls = stage_class(name)
-    if name not in MODEL_STAGES or not with_client:
-        return cls(config)
-    from lenses_data.models.client import ModelClient
+    spec = spec_of(name, config)
+    cls = _import(spec.cls)
+    if spec.role is None or not with_client:
+        stage = cls(config)
+    else:
+        from lenses_data.models.client import ModelClient
 
-    client = ModelClient.from_config(config.models, journal_dir=Path(config.run_dir) / "journal")
-    return cls(config, client=client)
+        client = ModelClient.from_config(config.models, journal_dir=Path(config.run_dir) / "journal")
+        stage = cls(config, client=client)
+    return placed(stage, spec)
+
+
+def placed(stage: Stage, spec: StageSpec) -> Stage:
+    """The stage as the run places it: the input it reads (a user stage placed before it changes
+    that); a user stage gets its name and its own settings (validated by its class's `Settings`)."""
+    stage.input_stage = spec.input
+    if spec.user:
+        stage.name = spec.name
+        model = getattr(type(stage), "Settings", None)
+        stage.settings = model.model_validate(spec.settings) if model is not None else dict(spec.settings)
+    return stage
 
 
 @contextlib.contextmanager

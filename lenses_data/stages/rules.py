@@ -23,11 +23,12 @@ from lenses_data.annotation.phrase_bank import default_phrase_bank
 from lenses_data.annotation.prompts import TEMPLATE_OF_KIND
 from lenses_data.annotation.rejection_rows import rejection
 from lenses_data.annotation.text_checks import duplicate_rejections, per_text_violations
+from lenses_data.config.pipeline import RULES, spec_of
 from lenses_data.schemas import LENS_NAMES, LensText
 from lenses_data.stages._annotate import lens_text_rows, records_frame, rejections_frame
 from lenses_data.stages.base import ShardedStage
 
-STAGE = "rules"
+STAGE = RULES
 
 
 def image_report(given: pd.DataFrame, kept: pd.DataFrame, share: float) -> pd.DataFrame:
@@ -75,7 +76,7 @@ class RulesStage(ShardedStage):
     name = STAGE
     # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.stages.settings_guard).
     output_settings = ("annotate",)
-    input_stage = "generate"
+    input_stage = spec_of(STAGE).input  # as declared; the registry sets the run's
     reads = ("text_id", "image_id", "kind", "lens", "text", "focus")
     writes = tuple(LensText.model_fields)
 

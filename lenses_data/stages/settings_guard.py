@@ -99,13 +99,19 @@ def in_run_form(value: Any, run: str | Path) -> Any:
 
 def stage_inputs(name: str, config: PipelineConfig) -> dict[str, Any]:
     """The readable settings that decide stage `name`'s output, one dotted key per value."""
+    from lenses_data.config.pipeline import spec_of
     from lenses_data.stages.registry import stage_class
 
     prefixes = _prefixes(Path(config.run_dir))
     out: dict[str, Any] = {}
     # Required of every stage: one without it is refused here, before anything is written.
-    for path in declared_output_settings(stage_class(name)):
-        _flatten(path, _value(config, path), out)
+    spec = spec_of(name, config)
+    if spec.user:  # a user's own stage: its class and its own settings decide its rows too
+        out[f"pipeline.{name}.cls"] = spec.cls
+        _flatten(f"pipeline.{name}.settings", dict(spec.settings), out)
+    for path in declared_output_settings(stage_class(name, config)):
+        if not (spec.user and path.split(".")[0] == "settings"):  # its own: recorded above
+            _flatten(path, _value(config, path), out)
     return {key: _in_run(value, prefixes) for key, value in sorted(out.items())}
 
 

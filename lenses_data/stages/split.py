@@ -27,12 +27,13 @@ import pandas as pd
 
 from lenses_data import io
 from lenses_data.config.dedupe import SplitConfig
+from lenses_data.config.pipeline import DEDUPE, FILTER, SPLIT, spec_of
 from lenses_data.schemas import SPLIT_NAMES, DedupeRecord, FilterDecision, SplitAssignment
 from lenses_data.stages.base import ShardStats, check_columns, summarize
 from lenses_data.stages.global_base import GlobalStage
 from lenses_data.stages.rebuild import EARLIER_OUTPUT, drop_earlier, earlier_file
 
-STAGE = "split"
+STAGE = SPLIT
 LEAKAGE = "leakage.json"
 
 
@@ -43,16 +44,16 @@ class LeakageError(RuntimeError):
 def resolve_input(run: Path, config: SplitConfig) -> str:
     if config.input_stage != "auto":
         return config.input_stage
-    return "filter" if io.stage_is_complete(run, "filter") else "dedupe"
+    return "filter" if io.stage_is_complete(run, FILTER) else "dedupe"
 
 
 def load_survivors(run: Path, config: SplitConfig) -> tuple[pd.DataFrame, str]:
     source = resolve_input(run, config)
-    records = io.read_stage(run, "dedupe", DedupeRecord)
+    records = io.read_stage(run, DEDUPE, DedupeRecord)
     check_columns(STAGE, records, SplitStage.reads, "input (dedupe)", exact=False)
     kept = records[records["kept"]].copy()
     if source == "filter":
-        decisions = io.read_stage(run, "filter", FilterDecision)
+        decisions = io.read_stage(run, FILTER, FilterDecision)
         kept = kept[kept["image_id"].isin(set(decisions.loc[decisions["passed"], "image_id"]))]
     kept["unit"] = kept["split_group_id"].fillna(kept["group_id"])
     return kept[["image_id", "unit"]].reset_index(drop=True), source
@@ -124,7 +125,7 @@ class SplitStage(GlobalStage):
     name = STAGE
     # Config paths (and prompt:<template>) that decide this stage's output (lenses_data.stages.settings_guard).
     output_settings = ("dedupe_before_filter", "split")
-    input_stage = "dedupe"
+    input_stage = spec_of(STAGE).input  # as declared; the registry sets the run's
     reads = ("image_id", "group_id", "split_group_id", "kept")
     writes = tuple(SplitAssignment.model_fields)
     needs_finished_input = True

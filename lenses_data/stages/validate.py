@@ -21,12 +21,13 @@ from pathlib import Path
 import pandas as pd
 
 from lenses_data.annotation.validation import TEXT_VALIDATOR
+from lenses_data.config.pipeline import VALIDATE, spec_of
 from lenses_data.config.roles import role_settings
 from lenses_data.schemas import LensText
 from lenses_data.stages._annotate import lens_text_rows, records_frame, rejections_frame
 from lenses_data.stages.validator_base import ValidatorStage
 
-STAGE = "validate"
+STAGE = VALIDATE
 
 
 class ValidateStage(ValidatorStage):
@@ -40,7 +41,7 @@ class ValidateStage(ValidatorStage):
         *role_settings(TEXT_VALIDATOR.role, "model", "sampling"),
         f"prompt:{TEXT_VALIDATOR.template}",
     )
-    input_stage = "rules"
+    input_stage = spec_of(STAGE).input  # as declared; the registry sets the run's
     reads = ("text_id", "image_id", "kind", "lens", "text", "focus", "original_text")
 
     def transform(self, run: Path, shard: int, frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -17,12 +17,13 @@ import pandas as pd
 
 from lenses_data.annotation.rejection_rows import rejection
 from lenses_data.annotation.validation import VISUAL_VALIDATOR
+from lenses_data.config.pipeline import VISUAL_VALIDATE, spec_of
 from lenses_data.config.roles import role_settings
 from lenses_data.schemas import LensText
 from lenses_data.stages._annotate import ingest_paths, lens_text_rows, records_frame, rejections_frame
 from lenses_data.stages.validator_base import ValidatorStage
 
-STAGE = "visual_validate"
+STAGE = VISUAL_VALIDATE
 
 
 class VisualValidateStage(ValidatorStage):
@@ -38,7 +39,7 @@ class VisualValidateStage(ValidatorStage):
         ),
         f"prompt:{VISUAL_VALIDATOR.template}",
     )
-    input_stage = "validate"
+    input_stage = spec_of(STAGE).input  # as declared; the registry sets the run's
     reads = ("text_id", "image_id", "kind", "lens", "text", "focus", "split", "original_text")
 
     def transform(self, run: Path, shard: int, frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

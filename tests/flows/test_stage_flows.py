@@ -20,6 +20,7 @@ from flows.failures import FLOW_RETRIES, stage_of
 from flows.observers import observing
 from flows.reporting import stage_key, summary_markdown
 from lenses_data import io
+from lenses_data.config.pipeline import spec_of
 from lenses_data.models.progress import simulated_banner
 from lenses_data.runlock import read_owner
 from lenses_data.stages.base import ShardStats
@@ -261,9 +262,12 @@ def test_each_stage_flow_is_named_documented_and_takes_the_run_parameters(stage,
     for stage_flow in (getattr(flows.stages, f"{stage}_flow"), fresh):
         assert stage_flow.name == stage.replace("_", "-")
         assert stage_flow.fn.__name__ == f"{stage}_flow"
-        assert stage_flow.fn.__doc__ == flows.stages.STAGE_FLOW_DOC.format(stage=stage)
+        help_text = spec_of(stage).help  # the declared stage's one line, on the flow's page too
+        assert stage_flow.fn.__doc__ == flows.stages.STAGE_FLOW_DOC.format(stage=stage, help=help_text)
         assert stage_flow.description == inspect.cleandoc(stage_flow.fn.__doc__)
-        assert f"Run the `{stage}` stage" in stage_flow.description
+        assert f"Run the `{stage}` stage of the Lenses pipeline over every shard of a run: {help_text}." in (
+            " ".join(stage_flow.description.split())
+        )
         assert stage_flow.flow_run_name() == f"nightly-{stage.replace('_', '-')}"
         assert (stage_flow.retries, stage_flow.log_prints, stage_flow.should_validate_parameters) == (
             FLOW_RETRIES,

@@ -314,3 +314,17 @@ def test_measured_prefix_cache_use_is_summed_and_printed(real_run: Path) -> None
     share = 6000 / stats["generate"].prompt
     assert share < 0.75
     assert f"generate: {share:.0%} of prompt tokens (4 of 20 requests reported a hit)" in text
+
+
+def test_a_model_stage_without_a_plan_unit_is_named_not_a_key_error(real_run: Path, monkeypatch) -> None:
+    """A model stage declared without `plan_unit` (a new one, before its plan entry): the plan prices
+    the others and says which stage it left out (it was a KeyError in `stage_scale`)."""
+    from lenses_data.plan import build as plan_build
+
+    unit = {k: v for k, v in plan_build.STAGE_UNIT.items() if k != "visual_validate"}
+    monkeypatch.setattr(plan_build, "STAGE_UNIT", unit)
+    plan = build_plan(real_run, table=_table())
+    assert [s.stage for s in plan.stages] == ["filter", "generate", "validate"]
+    assert any(
+        line.startswith("visual_validate: a model stage declared without") for line in plan.assumptions
+    )

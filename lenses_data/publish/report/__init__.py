@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from lenses_data import io
+from lenses_data.config.pipeline import GENERATE
 from lenses_data.publish import card, card_counts
 from lenses_data.publish.report import dupes_page, page, select
 from lenses_data.publish.report.dupes import dedupe_view
@@ -51,7 +52,7 @@ def _rejections(run: Path, export: Path, counts: pd.DataFrame, k: int) -> tuple[
     keys = [(str(s), str(r)) for s, r in counts[["Stage", "Reason"]].itertuples(index=False)]
     found = select.rejection_examples(export, keys, max(k, select.CANDIDATES) if k else 0)
     candidates = [i for rows in found.values() for i in rows["record_id"]]
-    generated = select.shards(run, "generate")
+    generated = select.shards(run, GENERATE)
     where = select.locate(generated, "text_id", candidates)
     chosen = select.choose_examples(found, where, k)
     shown = [i for rows in chosen.values() for i in rows["record_id"]]

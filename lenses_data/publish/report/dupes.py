@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lenses_data import io
+from lenses_data.config.pipeline import DEDUPE
 
 RECORD_COLUMNS = ("image_id", "group_id", "signal", "distance", "linked_via")
 PAIR_COLUMNS = ("image_a", "image_b", "signal", "hamming", "cosine", "aligned", "tier")
@@ -46,7 +47,7 @@ class DupeView:
 def read_thresholds(run: Path) -> dict[str, Any]:
     """The thresholds the dedupe stage ran with: its summary, completed from the settings it recorded
     (`_SETTINGS.json`) for keys an older summary lacks (the crop radii)."""
-    folder = io.stage_dir(run, "dedupe")
+    folder = io.stage_dir(run, DEDUPE)
     summary = json.loads((folder / "summary.json").read_text()) if (folder / "summary.json").exists() else {}
     found = dict(summary.get("thresholds", {}))
     settings_file = folder / "_SETTINGS.json"
@@ -76,7 +77,7 @@ def closeness(signal: Any, distance: Any, t: dict[str, Any]) -> float:
 def _removed(run: Path) -> pd.DataFrame:
     """Removed rows of every dedupe shard (columns an older run lacks are null)."""
     parts = []
-    folder = io.stage_dir(run, "dedupe")
+    folder = io.stage_dir(run, DEDUPE)
     for path in sorted(folder.glob("part-*.parquet")) if folder.exists() else []:
         pf = pq.ParquetFile(path)
         names = pf.schema_arrow.names
@@ -124,7 +125,7 @@ def choose_groups(removed: pd.DataFrame, t: dict[str, Any], limit: int) -> dict[
 
 def _pairs(run: Path, ids: list[str]) -> pd.DataFrame:
     """Pairs among the shown images (an older run's file has no `aligned` column: null)."""
-    path = io.stage_dir(run, "dedupe") / "pairs.parquet"
+    path = io.stage_dir(run, DEDUPE) / "pairs.parquet"
     if not ids or not path.exists():
         return pd.DataFrame(columns=list(PAIR_COLUMNS))
     names = pq.ParquetFile(path).schema_arrow.names

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lenses_data import io
+from lenses_data.config.pipeline import INGEST
 
 TEXT_COLUMNS = ("text_id", "image_id", "split", "lens", "text", "focus", "edited", "original_text", "flags")
 REJECTION_COLUMNS = ("stage", "reason", "record_id", "image_id", "message", "raw", "source")
@@ -97,7 +98,7 @@ def shards(run: Path, stage: str) -> list[Path]:
 
 def ingest_rows(run: Path, ids: Iterable[str]) -> pd.DataFrame:
     """Path and licence of ingested images (the export's images table has no licence column)."""
-    found = lookup(shards(run, "ingest"), "image_id", ids, ("image_id", "path", "licence"))
+    found = lookup(shards(run, INGEST), "image_id", ids, ("image_id", "path", "licence"))
     return found.drop_duplicates("image_id").set_index("image_id")
 
 
