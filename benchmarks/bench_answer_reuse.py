@@ -38,8 +38,8 @@ LENSES = str(Path(sys.executable).parent / "lenses")
 
 
 def write_config(path: Path, run: Path, pool: Path, url: str, reuse: Path | None, change: dict) -> None:
-    from lenses_data.merge import deep_merge
     from lenses_data.config.models import ROLES
+    from lenses_data.merge import deep_merge
 
     config = yaml.safe_load((REPO / "configs" / "sample.yaml").read_text())
     roles = {role: {"model": f"test/{role}", "base_urls": [url], "timeout_s": 30} for role in ROLES}

@@ -22,8 +22,8 @@ from pydantic import Field, ValidationError
 from lenses_data.config.annotate import AnnotateConfig
 from lenses_data.config.dedupe import DedupeConfig, SplitConfig
 from lenses_data.config.export import ExportConfig
-from lenses_data.config.frozen import FrozenModel
 from lenses_data.config.extra_stages import PipelineSection
+from lenses_data.config.frozen import FrozenModel
 from lenses_data.config.ingest import IngestConfig
 from lenses_data.config.models import ModelsConfig
 from lenses_data.config.orchestration import OrchestrationConfig

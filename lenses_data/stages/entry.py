@@ -146,5 +146,7 @@ def run_entered_stage(
     with guarded_stage(stage, config, flow_run_id) as run:
         with scope(config) if scope else contextlib.nullcontext(config) as working:
             summary = runner(stage, working, run)
-    accepted = judge_yields({"run_dir": config.run_dir, "stages": [summary]}, config.yields, bands_of_run(config))
+    accepted = judge_yields(
+        {"run_dir": config.run_dir, "stages": [summary]}, config.yields, bands_of_run(config)
+    )
     return {**summary, "accepted_yields": accepted} if accepted else summary

@@ -20,7 +20,6 @@ from lenses_data.annotation.phrase_bank import default_phrase_bank
 from lenses_data.annotation.prompts import TEMPLATE_OF_KIND, get_template
 from lenses_data.annotation.rejection_rows import failed_result_rejection, rejection
 from lenses_data.config import PipelineConfig
-from lenses_data.config.annotate import AnnotateConfig
 from lenses_data.config.pipeline import GENERATE, spec_of
 from lenses_data.config.roles import ROLE_OF_STAGE, role_settings
 from lenses_data.ids import text_id

@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from flows.build import build_dataset
-from lenses_data.merge import deep_merge
 from lenses_data.config.models import ROLES
+from lenses_data.merge import deep_merge
 from lenses_data.models.journal import read_run_journal
 from lenses_data.models.reuse import forget_indexes
 from lenses_data.simulator.testing import sim_stats, spawn_simulator
