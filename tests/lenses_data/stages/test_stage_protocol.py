@@ -89,14 +89,16 @@ def test_output_settings_must_be_a_tuple_of_paths():
 def test_a_run_guarded_with_an_unguarded_stage_is_refused_before_anything_is_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    real = registry.stage_class
+    real = registry.stage_class  # the declared rules stage's class swapped for one without settings
     monkeypatch.setattr(
-        registry, "stage_class", lambda name: Unguarded if name == "unguarded" else real(name)
+        registry,
+        "stage_class",
+        lambda name, config=None: Unguarded if name == "rules" else real(name, config),
     )
     run = tmp_path / "run"
     config = PipelineConfig(run_dir=str(run))
     with pytest.raises(StageDeclarationError, match="stage unguarded .* declares no `output_settings`"):
-        check_run_settings(run, config, ["ingest", "unguarded"])
+        check_run_settings(run, config, ["ingest", "rules"])
     assert not run.exists()
 
 
