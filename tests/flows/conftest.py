@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from lenses_data.simulator.simulator import free_port
+from lenses_data.simulator.testing import spawn_simulator
 from tests.support.postgres import PostgresServer, start_postgres
 from tests.support.prefect_server import prefect_env, prefect_server_process
 
@@ -49,3 +52,17 @@ def built(monkeypatch: pytest.MonkeyPatch) -> list:
 
     monkeypatch.setattr(worker_stages, "build_stage", building)
     return stages
+
+
+@pytest.fixture(scope="module")
+def simulator(tmp_path_factory) -> Iterator[str]:
+    """An external `lenses simulate` process for one test module, whose calls the tests count
+    (`lenses_data.simulator.testing.sim_stats`): what a regeneration sends, over real HTTP."""
+    log = tmp_path_factory.mktemp("sim") / "sim.log"
+    with log.open("w") as out:
+        process, url = spawn_simulator(["--yes-rate", "0.85"], log=out)
+    try:
+        yield url
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()

@@ -11,9 +11,6 @@ of another served model in the source journal are asked again, nothing else.
 from __future__ import annotations
 
 import json
-import os
-import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -25,21 +22,9 @@ from lenses_data.config.models import ROLES
 from lenses_data.merge import deep_merge
 from lenses_data.models.journal import read_run_journal
 from lenses_data.models.reuse import forget_indexes
-from lenses_data.simulator.testing import sim_stats, spawn_simulator
+from lenses_data.simulator.testing import sim_stats
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def simulator(tmp_path_factory) -> Iterator[str]:
-    log = tmp_path_factory.mktemp("sim") / "sim.log"
-    with log.open("w") as out:
-        process, url = spawn_simulator(["--yes-rate", "0.85"], log=out)
-    try:
-        yield url
-    finally:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
 
 
 def _reset(url: str) -> None:

@@ -7,10 +7,7 @@ calls by request key; each test then changes a copy of that run and asserts what
 from __future__ import annotations
 
 import json
-import os
-import signal
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +15,6 @@ import pytest
 from lenses_data import io
 from lenses_data.annotation.rules import words
 from lenses_data.models.journal import read_run_journal
-from lenses_data.simulator.testing import spawn_simulator
 from lenses_data.stages.settings_guard import SETTINGS_FILE, SettingsChanged
 from tests.flows.rebuild_support import (
     EARLY,
@@ -36,18 +32,6 @@ from tests.flows.rebuild_support import (
     with_changes,
     write_config,
 )
-
-
-@pytest.fixture(scope="module")
-def simulator(tmp_path_factory) -> Iterator[str]:
-    log = tmp_path_factory.mktemp("sim") / "sim.log"
-    with log.open("w") as out:
-        process, url = spawn_simulator(["--yes-rate", "0.85"], log=out)
-    try:
-        yield url
-    finally:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
 
 
 @pytest.fixture(scope="module")
