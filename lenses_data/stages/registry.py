@@ -47,7 +47,7 @@ def build_stage(name: str, config: PipelineConfig, *, with_client: bool = True) 
     (listing shards, finishing); the caller closes a client it asked for (see `open_stage`).
     """
     spec = spec_of(name, config)
-    cls = _import(spec.cls)
+    cls = stage_class(name, config)  # the one way from a stage's name to its class
     if spec.role is None or not with_client:
         stage = cls(config)
     else:

@@ -81,7 +81,12 @@ def test_a_global_stage_command_sets_up_runs_and_closes_the_registered_stage(
     stage, run_copy, tmp_path, monkeypatch
 ):
     run, settings = run_copy
-    monkeypatch.setitem(registry.STAGES, stage, f"{__name__}:{RECORDING[stage].__name__}")
+    real = registry.stage_class  # the declared stage's class swapped for its recording subclass
+    monkeypatch.setattr(
+        registry,
+        "stage_class",
+        lambda name, config=None: RECORDING[name] if name == stage else real(name, config),
+    )
     shutil.rmtree(io.stage_dir(run, stage))
     assert stage_command([stage], write_config(tmp_path / "sample.yaml", settings), run) == 0
     calls = (run.parent / "calls.log").read_text().splitlines()
