@@ -55,7 +55,7 @@ def _flow_runs(parent_id: Any) -> list[tuple[str, int, str]]:
 def _failing_case(run_flow: Any, run_dir: Path) -> dict[str, Any]:
     """Every stage is a FlakyStage whose shard 0 always fails with a transient error."""
     stage = FlakyStage(failures=1000)
-    registry.stage_class = lambda name: stage.built_as()
+    registry.stage_class = lambda name, config=None: stage.built_as()
     state = run_flow(run_dir=str(run_dir), overrides=OVERRIDES, return_state=True)
     return {
         "calls": sorted(stage.calls),

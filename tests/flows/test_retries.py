@@ -82,7 +82,7 @@ def _run_rules(config) -> dict:
 @pytest.mark.slow
 def test_failed_shard_is_retried_per_config(prefect_harness, tmp_path, monkeypatch):
     stage = FlakyStage(failures=1)
-    monkeypatch.setattr(registry, "stage_class", lambda name: stage.built_as())
+    monkeypatch.setattr(registry, "stage_class", lambda name, config=None: stage.built_as())
     summary = _run_rules(_config(tmp_path, retries=1))
     assert sorted(stage.calls) == [0, 0, 1]
     assert summary["shards"] == 2
@@ -92,7 +92,7 @@ def test_failed_shard_is_retried_per_config(prefect_harness, tmp_path, monkeypat
 @pytest.mark.slow
 def test_shard_failing_beyond_its_retries_fails_the_stage(prefect_harness, tmp_path, monkeypatch):
     stage = FlakyStage(failures=5)
-    monkeypatch.setattr(registry, "stage_class", lambda name: stage.built_as())
+    monkeypatch.setattr(registry, "stage_class", lambda name, config=None: stage.built_as())
     with pytest.raises(RuntimeError, match="simulated crash"):
         _run_rules(_config(tmp_path, retries=1))
     assert stage.calls.count(0) == 2
@@ -105,7 +105,7 @@ def test_a_permanent_error_is_not_retried(prefect_harness, tmp_path, monkeypatch
     from flows.failures import explain
 
     stage = FlakyStage(failures=5, error=ValueError)
-    monkeypatch.setattr(registry, "stage_class", lambda name: stage.built_as())
+    monkeypatch.setattr(registry, "stage_class", lambda name, config=None: stage.built_as())
     with pytest.raises(ValueError, match="simulated crash") as raised:
         _run_rules(_config(tmp_path, retries=3))
     assert stage.calls.count(0) == 1
