@@ -68,7 +68,7 @@ def _old_layout(name: str) -> str:
 
 
 def write_adapters(
-    model, out: Path, *, r: int = 4, alpha: float = 8.0, layout: str = "new", seed: int = 1
+    model, out: Path, *, r: int = 4, lora_alpha: float = 8.0, layout: str = "new", seed: int = 1
 ) -> None:
     """adapters/ with random LoRA weights for every task on the language model's projections."""
     import torch
@@ -89,7 +89,7 @@ def write_adapters(
     tensors["base_model.model.multi_vector_projector.lora_B.retrieval.weight"] = torch.zeros(8, r)
     (out / "adapters").mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out / "adapters" / "adapter_model.safetensors"))
-    cfg = {"peft_type": "LORA", "r": r, "lora_alpha": alpha, "lora_dropout": 0.1, "use_rslora": False,
+    cfg = {"peft_type": "LORA", "r": r, "lora_alpha": lora_alpha, "lora_dropout": 0.1, "use_rslora": False,
            "target_modules": "(.*(model).*(down_proj|gate_proj|up_proj|k_proj|q_proj|v_proj|o_proj).*$)"}  # fmt: skip
     (out / "adapters" / "adapter_config.json").write_text(json.dumps(cfg))
 
