@@ -153,7 +153,22 @@ def _replay(
     entry = rt.journal.get(digest) if rt.journal is not None else None
     if entry is None or (entry.simulated and rt.simulated_endpoint is not True):
         return None  # simulated answers are never replayed against a real model
-    common = dict(
+    if entry.status == "ok":
+        return _journaled_answer(entry, request, parse, digest)
+    if rt.reuse_failed and entry.error_code not in codes.INFRASTRUCTURE_CODES:
+        # (older journals hold outages as failures: those are asked again, never replayed as data)
+        return ModelResult(
+            ok=False,
+            error_code=entry.error_code,
+            error_message=entry.error_message,
+            **_journaled_fields(entry, request, digest),
+        )
+    return None
+
+
+def _journaled_fields(entry: JournalEntry, request: ModelRequest, digest: str) -> dict[str, Any]:
+    """What a result taken from a journal (this run's or an earlier run's) carries of its entry."""
+    return dict(
         key=request.key,
         raw=entry.raw,
         attempts=entry.attempts,
@@ -163,18 +178,19 @@ def _replay(
         cached=True,
         request_hash=digest,
     )
-    if entry.status == "ok":
-        contents = [entry.raw] if request.n == 1 else json.loads(entry.raw or "[]")
-        try:
-            return ModelResult(
-                ok=True, value=_parse_all(contents, [None] * len(contents), parse, request.n), **common
-            )
-        except AnswerError:
-            return None  # the parser got stricter since: ask again
-    if rt.reuse_failed and entry.error_code not in codes.INFRASTRUCTURE_CODES:
-        # (older journals hold outages as failures: those are asked again, never replayed as data)
-        return ModelResult(ok=False, error_code=entry.error_code, error_message=entry.error_message, **common)
-    return None
+
+
+def _journaled_answer(
+    entry: JournalEntry, request: ModelRequest, parse: Callable[[str], Any], digest: str, **extra: Any
+) -> ModelResult | None:
+    """A journaled success as this request's result; None when it no longer parses (the parser got
+    stricter since: ask again)."""
+    contents = [entry.raw] if request.n == 1 else json.loads(entry.raw or "[]")
+    try:
+        value = _parse_all(contents, [None] * len(contents), parse, request.n)
+    except AnswerError:
+        return None
+    return ModelResult(ok=True, value=value, **_journaled_fields(entry, request, digest), **extra)
 
 
 async def _reused(
@@ -185,26 +201,10 @@ async def _reused(
     entry = rt.reuse.get(digest, rt.served) if rt.reuse is not None else None
     if entry is None or (entry.simulated and rt.simulated_endpoint is not True):
         return None  # simulated answers never stand in for a real model's
-    contents = [entry.raw] if request.n == 1 else json.loads(entry.raw or "[]")
-    try:
-        value = _parse_all(contents, [None] * len(contents), parse, request.n)
-    except AnswerError:
-        return None  # the parser got stricter since: ask again
-    if rt.journal_put is not None:
+    result = _journaled_answer(entry, request, parse, digest, reused_from=entry.source_run or "")
+    if result is not None and rt.journal_put is not None:
         await rt.journal_put(replace(entry, key=request.key, role=rt.name, created=time.time()))
-    return ModelResult(
-        key=request.key,
-        ok=True,
-        value=value,
-        raw=entry.raw,
-        attempts=entry.attempts,
-        model=entry.model,
-        simulated=entry.simulated,
-        usage=entry.usage,
-        cached=True,
-        request_hash=digest,
-        reused_from=entry.source_run or "",
-    )
+    return result
 
 
 async def _answer(
