@@ -97,13 +97,19 @@ def load_hf_zero_shot(family: str, path: str, *, device: str = "cpu", max_text_t
     )
 
 
-def _pixels(bundle: HFZeroShot, paths: Sequence[str]) -> torch.Tensor:
+def rgb_images(paths: Sequence[str]) -> list[Any]:
+    """The images at `paths` as RGB PIL images, each file closed once read (the processors' input)."""
     from PIL import Image
 
     images = []
     for path in paths:
         with Image.open(path) as im:
             images.append(im.convert("RGB"))
+    return images
+
+
+def _pixels(bundle: HFZeroShot, paths: Sequence[str]) -> torch.Tensor:
+    images = rgb_images(paths)
     return bundle.image_processor(images=images, return_tensors="pt")["pixel_values"].to(bundle.device)
 
 

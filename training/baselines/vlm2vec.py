@@ -70,14 +70,11 @@ def _embed(bundle: Vlm2Vec, batch: Any) -> torch.Tensor:
 
 @torch.no_grad()
 def encode_vlm2vec_images(bundle: Vlm2Vec, paths: Sequence[str], batch_size: int = 8) -> torch.Tensor:
-    from PIL import Image
+    from training.baselines.hf_zero_shot import rgb_images
 
     out = []
     for i in range(0, len(paths), batch_size):
-        images = []
-        for p in paths[i : i + batch_size]:
-            with Image.open(p) as im:
-                images.append(im.convert("RGB"))
+        images = rgb_images(paths[i : i + batch_size])
         batch = bundle.processor(
             text=[IMAGE_TEXT] * len(images), images=images, padding=True, return_tensors="pt"
         )
