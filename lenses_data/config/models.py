@@ -216,8 +216,8 @@ class ModelsConfig(Section):
     )
     vllm_version: str = VLLM_VERSION
     vllm_image: str = Field(default=f"vllm/vllm-openai:v{VLLM_VERSION}")
-    reuse_answers_from: list[str] = Field(
-        default_factory=list,
+    reuse_answers_from: tuple[str, ...] = Field(
+        default=(),
         description="Earlier run directories whose journals (RUN/journal/<stage>/part-*.jsonl) answer "
         "this run's requests, read only: a request with the same model (as served), body, sampling, seed "
         "and image digest is not sent, its answer is copied into this run's journal with its source. "
