@@ -6,9 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from lenses_data.config.models import RetryConfig, RoleConfig
@@ -16,6 +15,7 @@ from lenses_data.models import types as codes
 from lenses_data.models.endpoints import EndpointPool, backoff_delay, classify_error, retry_after_s
 from lenses_data.models.images import ImagePrefetch
 from lenses_data.models.journal import Journal, JournalEntry
+from lenses_data.models.journaled import composed, parse_all, replay, reused, with_part_hashes
 from lenses_data.models.messages import (
     IMAGE_SLOT,
     LoadedImage,
@@ -117,7 +117,9 @@ async def run_one(
         return _failed(
             request, rt.role.model, codes.BAD_INPUT, f"cannot read image {request.image_path}: {exc}"
         )
-    digest = request_hash(request, rt.role, image.sha256 if image else None, rt.choice_style, rt.json_mode)
+    image_sha = image.sha256 if image else None
+    digest = request_hash(request, rt.role, image_sha, rt.choice_style, rt.json_mode)
+    request = with_part_hashes(rt, request, image_sha)
     parse = _tolerant(rt, request, parse)
     if digest in inflight:  # identical request already in flight in this batch: share its answer
         shared = await asyncio.shield(inflight[digest])
@@ -126,8 +128,9 @@ async def run_one(
     inflight[digest] = future
     try:
         result = (
-            _replay(rt, request, parse, digest)
-            or await _reused(rt, request, parse, digest)
+            replay(rt, request, parse, digest)
+            or await reused(rt, request, parse, digest)
+            or await composed(rt, request, parse, digest)
             or await _answer(rt, request, parse, image, digest)
         )
         future.set_result(result)
@@ -145,66 +148,6 @@ async def _image(rt: RoleRuntime, path: str) -> LoadedImage:
     if rt.images is not None:
         return await rt.images.get(path)
     return await asyncio.to_thread(load_image, path)
-
-
-def _replay(
-    rt: RoleRuntime, request: ModelRequest, parse: Callable[[str], Any], digest: str
-) -> ModelResult | None:
-    entry = rt.journal.get(digest) if rt.journal is not None else None
-    if entry is None or (entry.simulated and rt.simulated_endpoint is not True):
-        return None  # simulated answers are never replayed against a real model
-    if entry.status == "ok":
-        return _journaled_answer(entry, request, parse, digest)
-    if rt.reuse_failed and entry.error_code not in codes.INFRASTRUCTURE_CODES:
-        # (older journals hold outages as failures: those are asked again, never replayed as data)
-        return ModelResult(
-            ok=False,
-            error_code=entry.error_code,
-            error_message=entry.error_message,
-            **_journaled_fields(entry, request, digest),
-        )
-    return None
-
-
-def _journaled_fields(entry: JournalEntry, request: ModelRequest, digest: str) -> dict[str, Any]:
-    """What a result taken from a journal (this run's or an earlier run's) carries of its entry."""
-    return dict(
-        key=request.key,
-        raw=entry.raw,
-        attempts=entry.attempts,
-        model=entry.model,
-        simulated=entry.simulated,
-        usage=entry.usage,
-        cached=True,
-        request_hash=digest,
-    )
-
-
-def _journaled_answer(
-    entry: JournalEntry, request: ModelRequest, parse: Callable[[str], Any], digest: str, **extra: Any
-) -> ModelResult | None:
-    """A journaled success as this request's result; None when it no longer parses (the parser got
-    stricter since: ask again)."""
-    contents = [entry.raw] if request.n == 1 else json.loads(entry.raw or "[]")
-    try:
-        value = _parse_all(contents, [None] * len(contents), parse, request.n)
-    except AnswerError:
-        return None
-    return ModelResult(ok=True, value=value, **_journaled_fields(entry, request, digest), **extra)
-
-
-async def _reused(
-    rt: RoleRuntime, request: ModelRequest, parse: Callable[[str], Any], digest: str
-) -> ModelResult | None:
-    """An earlier run's answer to this very request by this served model (models/reuse.py), copied
-    into this run's journal with its source; None when there is none or it no longer parses."""
-    entry = rt.reuse.get(digest, rt.served) if rt.reuse is not None else None
-    if entry is None or (entry.simulated and rt.simulated_endpoint is not True):
-        return None  # simulated answers never stand in for a real model's
-    result = _journaled_answer(entry, request, parse, digest, reused_from=entry.source_run or "")
-    if result is not None and rt.journal_put is not None:
-        await rt.journal_put(replace(entry, key=request.key, role=rt.name, created=time.time()))
-    return result
 
 
 async def _answer(
@@ -236,7 +179,7 @@ async def _answer(
         contents, finishes = completion.contents, completion.finishes
         raw = contents[0] if request.n == 1 and contents else json.dumps(contents)
         try:
-            value = _parse_all(contents, finishes, parse, request.n)
+            value = parse_all(contents, finishes, parse, request.n)
         except AnswerError as exc:
             error = exc
             problem = f"{exc.code}: {exc.message}"
@@ -329,26 +272,6 @@ async def _call(
     )
 
 
-def _parse_all(
-    contents: list[str | None], finishes: list[str | None], parse: Callable[[str], Any], n: int
-) -> Any:
-    if len(contents) < n:
-        raise AnswerError(codes.EMPTY_ANSWER, f"expected {n} choice(s), got {len(contents)}")
-    values = []
-    for content, finish in zip(contents, finishes, strict=True):
-        if content is None or not content.strip():
-            raise AnswerError(codes.EMPTY_ANSWER, "the model returned no content")
-        try:
-            values.append(parse(content))
-        except AnswerError as exc:
-            if finish == "length":
-                raise AnswerError(codes.TRUNCATED, f"answer cut at max_tokens ({exc.message})") from exc
-            raise
-        except (ValueError, KeyError, TypeError) as exc:  # incl. pydantic ValidationError
-            raise AnswerError(codes.SCHEMA_INVALID, f"{type(exc).__name__}: {str(exc)[:300]}") from exc
-    return values[0] if n == 1 else values
-
-
 def _failed(request: ModelRequest, model: str, code: str, message: str) -> ModelResult:
     return ModelResult(key=request.key, ok=False, error_code=code, error_message=message, model=model)
 
@@ -370,5 +293,6 @@ async def _journal(rt: RoleRuntime, request: ModelRequest, result: ModelResult, 
             usage=result.usage,
             simulated=result.simulated,
             served=rt.served,
+            parts=list(request.part_hashes) or None,
         )
     )

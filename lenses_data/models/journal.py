@@ -54,6 +54,9 @@ class JournalEntry:
     # Copied from another run's journal (models/reuse.py): that run and its journal file.
     source_run: str | None = None
     source_file: str | None = None
+    # The request hashes of the request's parts (ModelRequest.parts), aligned with the answer's
+    # array: element i is part i's answer (lenses_data.models.compose). None: not asked in parts.
+    parts: list[str] | None = None
 
 
 class Journal(Protocol):

@@ -94,40 +94,86 @@ def check_sources(runs: Sequence[str | os.PathLike[str]]) -> None:
 
 
 class AnswerIndex:
-    """The successful answers of earlier runs' journals, found by request (see the module doc)."""
+    """The successful answers of earlier runs' journals, found by request (see the module doc), and
+    the elements of answers asked in parts, found by the part's request (`get_part`)."""
 
     def __init__(self, runs: Sequence[str | os.PathLike[str]], stage: str | None = None) -> None:
         self.runs = [str(Path(run).resolve()) for run in runs]
         self.stage = stage
         self.files = stage_journal_files(self.runs, stage)
-        keys, where = bytearray(), []
+        whole, parts = _KeyTable(), _KeyTable()
         for number, path in enumerate(self.files):
             for offset, entry in _successes(path):
-                keys += reuse_key(entry["hash"], entry.get("served"))
-                where.append((number, offset))
-        pairs = np.frombuffer(bytes(keys), dtype=">u8").reshape(-1, 2)
+                served = entry.get("served")
+                whole.add(reuse_key(entry["hash"], served), number, offset, 0)
+                for position, part in enumerate(entry.get("parts") or ()):
+                    if isinstance(part, str):
+                        parts.add(reuse_key(part, served), number, offset, position)
+        self._whole, self._parts = whole.sorted(), parts.sorted()
+
+    def __len__(self) -> int:
+        return len(self._whole)
+
+    def get(self, request_hash: str, served: str | None) -> JournalEntry | None:
+        """The answer to this request by this served model, marked with its source; else None."""
+        found = self._whole.find(reuse_key(request_hash, served))
+        return None if found is None else self._entry(found[:2], request_hash, served)
+
+    def get_part(self, part_hash: str, served: str | None) -> tuple[JournalEntry, int] | None:
+        """An earlier answer holding the answer to this part (a request asked alone, or one part of
+        a request asked in parts) by this served model, and the element's position; else None."""
+        found = self._parts.find(reuse_key(part_hash, served))
+        if found is not None:
+            entry = self._entry(found[:2], None, served)
+            if entry is not None and entry.parts and entry.parts[found[2]] == part_hash:
+                return entry, found[2]
+        alone = self.get(part_hash, served)
+        return None if alone is None else (alone, 0)
+
+    def _entry(
+        self, where: tuple[int, int], request_hash: str | None, served: str | None
+    ) -> JournalEntry | None:
+        path = self.files[where[0]]
+        entry = _read_entry(path, where[1])
+        if entry is None or entry.status != "ok" or entry.served != served:
+            return None  # the file changed under the index: ask instead
+        if request_hash is not None and entry.hash != request_hash:
+            return None
+        return replace(entry, source_run=str(path.parents[2]), source_file=str(path))
+
+
+class _KeyTable:
+    """16-byte keys -> (file number, offset, position), sorted for binary search: a few dozen
+    bytes per answer instead of the answer (at 100k candidates a stage's journal is ~100 MiB)."""
+
+    def __init__(self) -> None:
+        self._keys, self._rows = bytearray(), []
+
+    def add(self, key: bytes, number: int, offset: int, position: int) -> None:
+        self._keys += key
+        self._rows.append((number, offset, position))
+
+    def sorted(self) -> _KeyTable:
+        pairs = np.frombuffer(bytes(self._keys), dtype=">u8").reshape(-1, 2)
         # Sorted by key, then reading order: of equal keys the last one read is found (as in a journal).
-        order = np.lexsort((np.arange(len(where)), pairs[:, 1], pairs[:, 0]))
+        order = np.lexsort((np.arange(len(self._rows)), pairs[:, 1], pairs[:, 0]))
         self._high, self._low = pairs[order, 0].copy(), pairs[order, 1].copy()
-        self._where = np.array(where, dtype=np.int64).reshape(-1, 2)[order]
+        self._where = np.array(self._rows, dtype=np.int64).reshape(-1, 3)[order]
+        self._keys, self._rows = bytearray(), []
+        return self
 
     def __len__(self) -> int:
         return len(self._high)
 
-    def get(self, request_hash: str, served: str | None) -> JournalEntry | None:
-        """The answer to this request by this served model, marked with its source; else None."""
-        wanted = np.frombuffer(reuse_key(request_hash, served), dtype=">u8")
+    def find(self, key: bytes) -> tuple[int, int, int] | None:
+        wanted = np.frombuffer(key, dtype=">u8")
         start = int(np.searchsorted(self._high, wanted[0], side="left"))
         stop = int(np.searchsorted(self._high, wanted[0], side="right"))
         hits = [i for i in range(start, stop) if self._low[i] == wanted[1]]
         if not hits:
             return None
-        number, offset = (int(v) for v in self._where[hits[-1]])
-        path = self.files[number]
-        entry = _read_entry(path, offset)
-        if entry is None or entry.hash != request_hash or entry.status != "ok" or entry.served != served:
-            return None  # the file changed under the index: ask instead
-        return replace(entry, source_run=str(path.parents[2]), source_file=str(path))
+        number, offset, position = (int(v) for v in self._where[hits[-1]])
+        return number, offset, position
 
 
 def _successes(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:

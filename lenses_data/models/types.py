@@ -82,6 +82,11 @@ class ModelRequest(BaseModel):
     choice: list[str] | None = None
     n: int = Field(default=1, ge=1)
     seed: int | None = None
+    # Independent items asked together (a validator's batch): the answer is a JSON array with one
+    # element per part, each the answer that part would get asked alone. Not in the request hash;
+    # lets an answer be composed from earlier answers item by item (lenses_data.models.compose).
+    parts: tuple[ModelRequest, ...] = ()
+    part_hashes: tuple[str, ...] = ()  # the parts' request hashes (set by the client, journaled)
 
 
 class ModelResult(BaseModel):

@@ -37,6 +37,9 @@ class ValidatorStage(AnnotationStage):
     def build_request(self, unit: Rows) -> ModelRequest:
         first, v = unit[0], self.validator
         ids = stable_hash(*(r["text_id"] for r in unit))[:16]
+        # Each text is judged on its own (Listings 4-5): the batch is asked in parts, so an
+        # earlier answer to each text can stand in for a changed batch (lenses_data.models.compose).
+        parts = tuple(self.build_request([row]) for row in unit) if len(unit) > 1 else ()
         return ModelRequest(
             key=f"{v.stage}:{first['image_id']}:{first['kind']}:{len(unit)}:{ids}",
             role=v.role,
@@ -44,6 +47,7 @@ class ValidatorStage(AnnotationStage):
             image_path=first["path"] if v.with_image else None,
             after_image_text=items_json(first["kind"], unit),
             json_schema=array_schema(first["kind"], len(unit), len(unit)),
+            parts=parts,
         )
 
     def answer_shape(self, unit: Rows) -> Hashable:

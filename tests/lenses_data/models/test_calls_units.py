@@ -18,12 +18,11 @@ from lenses_data.models.calls import (
     _failed,
     _image,
     _journal,
-    _parse_all,
-    _replay,
     _tolerant,
     run_one,
 )
 from lenses_data.models.journal import JournalEntry, ShardJournal, shard_journal_path
+from lenses_data.models.journaled import parse_all, replay
 from lenses_data.models.messages import load_image
 from lenses_data.models.types import AnswerError, ModelRequest, ModelResult
 from lenses_data.simulator.testing import sim_models_config
@@ -72,7 +71,7 @@ def test_completion_that_is_not_an_object_is_refused_by_name() -> None:
 
 def _answer_error(contents: list[str | None], parse=str.strip, n: int = 1) -> tuple[str, str]:
     with pytest.raises(AnswerError) as caught:
-        _parse_all(contents, [None] * len(contents), parse, n)
+        parse_all(contents, [None] * len(contents), parse, n)
     return caught.value.code, caught.value.message
 
 
@@ -87,7 +86,7 @@ def test_parse_all_names_each_bad_answer_with_its_code_and_whole_message() -> No
     assert _answer_error(["nope"], _fails) == (codes.SCHEMA_INVALID, "ValueError: nope")
     long = "x" * 400  # the parser's message is cut to 300 characters
     assert _answer_error([long], _fails) == (codes.SCHEMA_INVALID, "ValueError: " + "x" * 300)
-    assert _parse_all([" a ", "b"], ["stop", "stop"], str.strip, 2) == ["a", "b"]
+    assert parse_all([" a ", "b"], ["stop", "stop"], str.strip, 2) == ["a", "b"]
 
 
 def _runtime(
@@ -155,18 +154,18 @@ def test_replay_gives_back_the_journaled_answer_whole(tmp_path: Path) -> None:
     one = ModelRequest(key="k", role="filter", text="?")
     two = ModelRequest(key="k", role="filter", text="?", n=2)
     rt = _journaled(tmp_path, "ok", " a ")
-    assert _replay(rt, one, str.strip, "h") == _replayed(ok=True, value="a", raw=" a ")
+    assert replay(rt, one, str.strip, "h") == _replayed(ok=True, value="a", raw=" a ")
     rt = _journaled(tmp_path / "n2", "ok", json.dumps([" a ", "b"]))
     expected = _replayed(ok=True, value=["a", "b"], raw='[" a ", "b"]')
-    assert _replay(rt, two, str.strip, "h") == expected
-    assert _replay(_journaled(tmp_path / "none", "ok", None), two, str.strip, "h") is None  # ask again
+    assert replay(rt, two, str.strip, "h") == expected
+    assert replay(_journaled(tmp_path / "none", "ok", None), two, str.strip, "h") is None  # ask again
 
 
 def test_replay_gives_back_a_journaled_failure_whole(tmp_path: Path) -> None:
     request = ModelRequest(key="k", role="filter", text="?")
     rt = _journaled(tmp_path, "failed", "MAYBE", error_code=codes.INVALID_CHOICE, error_message="why")
     expected = _replayed(ok=False, raw="MAYBE", error_code=codes.INVALID_CHOICE, error_message="why")
-    assert _replay(rt, request, str.strip, "h") == expected
+    assert replay(rt, request, str.strip, "h") == expected
 
 
 def test_failure_record_keeps_the_reason_and_the_model() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lenses_data.models import types as codes
-from lenses_data.models.calls import RoleRuntime, _replay
+from lenses_data.models.calls import RoleRuntime
 from lenses_data.models.client import ModelClient, ModelRequest
 from lenses_data.models.journal import (
     JournalEntry,
@@ -21,6 +21,7 @@ from lenses_data.models.journal import (
     shard_journal_path,
     usage_totals,
 )
+from lenses_data.models.journaled import replay
 from lenses_data.models.parsing import parse_choice
 from lenses_data.simulator.testing import sim_models_config, sim_stats
 
@@ -280,9 +281,9 @@ def test_simulated_answers_are_not_replayed_against_a_real_endpoint(tmp_path: Pa
     request = ModelRequest(key="k", role="filter", text="?", choice=["YES", "NO"])
     parse = parse_choice(["YES", "NO"])
     runtime.simulated_endpoint = False
-    assert _replay(runtime, request, parse, "h") is None
+    assert replay(runtime, request, parse, "h") is None
     runtime.simulated_endpoint = True
-    replayed = _replay(runtime, request, parse, "h")
+    replayed = replay(runtime, request, parse, "h")
     assert replayed is not None and replayed.ok and replayed.cached and replayed.simulated
     journal.close()
 
