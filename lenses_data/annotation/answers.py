@@ -9,6 +9,7 @@ the loss of the whole answer.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any
@@ -62,14 +63,22 @@ class CaptionItem(_Item):
 ITEM_MODELS: dict[str, type[_Item]] = {"prompt": PromptItem, "caption": CaptionItem}
 
 
+@functools.cache
 def _array_adapter(kind: str, min_items: int, max_items: int) -> TypeAdapter:
+    # Built once per shape: a TypeAdapter costs ~1 ms, and every validator batch, each of its
+    # parts and every answer parsed asks for one (hundreds of thousands at 100k candidates).
     item = ITEM_MODELS[kind]
     return TypeAdapter(Annotated[list[item], Field(min_length=min_items, max_length=max_items)])
 
 
+@functools.cache
+def _array_schema_json(kind: str, min_items: int, max_items: int) -> str:
+    return json.dumps(_array_adapter(kind, min_items, max_items).json_schema())
+
+
 def array_schema(kind: str, min_items: int, max_items: int) -> dict[str, Any]:
-    """JSON schema of an answer: an array of `kind` items with a length range."""
-    return _array_adapter(kind, min_items, max_items).json_schema()
+    """JSON schema of an answer: an array of `kind` items with a length range (a fresh copy)."""
+    return json.loads(_array_schema_json(kind, min_items, max_items))
 
 
 def _error_code(error: dict[str, Any]) -> str:
