@@ -11,8 +11,9 @@ built yet. For each model stage it bounds the calls a regeneration sends, from t
   template): all of them, none can be reused.
 - rebuilt with its own request settings unchanged: from none (its input rows are the same, every
   request is answered from the moved journals) to all (every input row changed, e.g. after an
-  upstream model's answers changed). A lowered word limit, for instance, re-asks only the validator
-  requests of the images that lost a text.
+  upstream model's answers changed). A lowered word limit, for instance, sends none: an image that
+  lost a text makes a new validator batch, composed from its texts' earlier answers
+  (lenses_data.models.compose).
 - extended: the new images' requests only (their number is known once ingest has run).
 
 The GPU-hours are the stage's at the plan's scale (default: the paper's, 1M candidates at Table 1's
