@@ -22,6 +22,7 @@ from lenses_data.config import PipelineConfig
 from lenses_data.config.paper import FILTER_PASS_SHARE
 from lenses_data.config.pipeline import DEDUPE, FILTER, spec_of
 from lenses_data.config.roles import ROLE_OF_STAGE, role_settings
+from lenses_data.frames import member_mask
 from lenses_data.models.types import AnswerClient, ModelRequest
 from lenses_data.schemas import CandidateImage, DedupeRecord, FilterDecision
 from lenses_data.stages._annotate import records_frame, rejections_frame
@@ -69,7 +70,7 @@ class FilterStage(AnnotationStage):
     def load_input(self, run: Path, shard: int) -> pd.DataFrame:
         frame = super().load_input(run, shard)
         kept = self.kept_ids(run)
-        return frame if kept is None else frame[frame["image_id"].isin(kept)].reset_index(drop=True)
+        return frame if kept is None else frame[member_mask(frame["image_id"], kept)].reset_index(drop=True)
 
     def transform(self, run: Path, shard: int, frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         return self.annotate_frame(frame[list(self.reads)])

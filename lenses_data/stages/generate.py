@@ -22,6 +22,7 @@ from lenses_data.annotation.rejection_rows import failed_result_rejection, rejec
 from lenses_data.config import PipelineConfig
 from lenses_data.config.pipeline import GENERATE, spec_of
 from lenses_data.config.roles import ROLE_OF_STAGE, role_settings
+from lenses_data.frames import member_mask
 from lenses_data.ids import text_id
 from lenses_data.models.types import AnswerClient, ModelRequest
 from lenses_data.schemas import FilterDecision, LensText
@@ -116,7 +117,9 @@ class GenerateStage(AnnotationStage):
         if self._splits is None:
             self._splits = split_lookup(run)
         paths = ingest_paths(run, shard)
-        chosen = decisions[decisions["passed"] & decisions["image_id"].isin(self._splits)]
+        chosen = decisions[
+            decisions["passed"].to_numpy(dtype=bool) & member_mask(decisions["image_id"], self._splits)
+        ]
         return pd.DataFrame(
             {
                 "image_id": chosen["image_id"].tolist(),
