@@ -19,7 +19,7 @@ from typing import Any
 
 from lenses_data.config.models import ModelsConfig
 from lenses_data.models import types as codes
-from lenses_data.models.calls import RoleRuntime, run_one
+from lenses_data.models.calls import run_one
 from lenses_data.models.committer import FlushingWriter, GroupCommitter
 from lenses_data.models.endpoints import Endpoint, EndpointPool, make_endpoint
 from lenses_data.models.images import ImagePrefetch
@@ -35,6 +35,7 @@ from lenses_data.models.messages import default_json_mode
 from lenses_data.models.probe import cached_probe
 from lenses_data.models.progress import Progress, reporting
 from lenses_data.models.reuse import AnswerIndex, replaced_runs, served_identity, stage_index
+from lenses_data.models.runtime import RoleRuntime
 from lenses_data.models.systemic import FailureWatch
 from lenses_data.models.types import AnswerError, EndpointUnavailable, ModelRequest, ModelResult
 

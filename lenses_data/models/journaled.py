@@ -11,16 +11,14 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lenses_data.models import types as codes
 from lenses_data.models.compose import composed_entry
 from lenses_data.models.journal import JournalEntry
 from lenses_data.models.messages import request_hash
+from lenses_data.models.runtime import RoleRuntime
 from lenses_data.models.types import AnswerError, ModelRequest, ModelResult
-
-if TYPE_CHECKING:
-    from lenses_data.models.calls import RoleRuntime
 
 
 def with_part_hashes(rt: RoleRuntime, request: ModelRequest, image_sha: str | None) -> ModelRequest:
