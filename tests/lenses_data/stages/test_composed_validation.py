@@ -47,6 +47,14 @@ def _fresh_indexes():
     forget_indexes()
 
 
+@pytest.fixture
+def image(tmp_path: Path) -> Path:
+    """The one image every text is about (the visual validator sends it)."""
+    path = tmp_path / "oak.png"
+    Image.new("RGB", (32, 32), (40, 120, 60)).save(path)
+    return path
+
+
 def _rows(image: Path, lenses: list[str], extra: str | None = None) -> list[dict[str, Any]]:
     rows = [lens_row("oak", "caption", lens, TEXTS[lens], split="test") for lens in lenses]
     if extra is not None:
@@ -106,10 +114,8 @@ def _decided(kept: pd.DataFrame, rejected: pd.DataFrame) -> dict[str, str]:
 
 @pytest.mark.parametrize("cls", [ValidateStage, VisualValidateStage])
 def test_a_smaller_batch_is_composed_from_the_earlier_answers_and_sends_nothing(
-    cls: type[ValidatorStage], tmp_path: Path
+    image: Path, cls: type[ValidatorStage], tmp_path: Path
 ) -> None:
-    image = tmp_path / "oak.png"
-    Image.new("RGB", (32, 32), (40, 120, 60)).save(image)
     four, three = _rows(image, list(TEXTS)), _rows(image, ["Literal", "Emotional", "Background"])
     stage = cls(config_from_dict({}, environ={}))
     script = {stage.build_request(four).key: (_answer(four),)}
@@ -129,9 +135,7 @@ def test_a_smaller_batch_is_composed_from_the_earlier_answers_and_sends_nothing(
     assert entry.source_run == str(first.resolve()) and entry.parts and len(entry.parts) == 3
 
 
-def test_a_batch_with_a_text_never_answered_goes_out_whole(tmp_path: Path) -> None:
-    image = tmp_path / "oak.png"
-    Image.new("RGB", (32, 32), (40, 120, 60)).save(image)
+def test_a_batch_with_a_text_never_answered_goes_out_whole(image: Path, tmp_path: Path) -> None:
     four = _rows(image, list(TEXTS))
     grown = _rows(image, ["Literal", "Background", "Abstract"], extra=NEW)
     stage = ValidateStage(config_from_dict({}, environ={}))
@@ -152,13 +156,12 @@ def test_a_batch_with_a_text_never_answered_goes_out_whole(tmp_path: Path) -> No
 
 
 def test_parts_of_a_reordered_answer_fail_the_alignment_check_and_the_items_are_asked_alone(
+    image: Path,
     tmp_path: Path,
 ) -> None:
     """The earlier batch came back reordered, so the stage asked each item alone; composing from
     that batch's elements gives a misaligned answer, which the stage refuses: it asks item by
     item, and each single request is an earlier answer too. Nothing is sent, nothing misapplied."""
-    image = tmp_path / "oak.png"
-    Image.new("RGB", (32, 32), (40, 120, 60)).save(image)
     four, three = _rows(image, list(TEXTS)), _rows(image, ["Literal", "Emotional", "Background"])
     stage = ValidateStage(config_from_dict({}, environ={}))
     script = {stage.build_request(four).key: (_answer(four, order=[1, 0, 2, 3]),)}
@@ -174,10 +177,8 @@ def test_parts_of_a_reordered_answer_fail_the_alignment_check_and_the_items_are_
     assert after[three[0]["text_id"]] == EDITED
 
 
-def test_parts_answered_by_another_served_model_are_asked_again(tmp_path: Path) -> None:
+def test_parts_answered_by_another_served_model_are_asked_again(image: Path, tmp_path: Path) -> None:
     """The earlier answers came from other weights (the served identity differs): no composition."""
-    image = tmp_path / "oak.png"
-    Image.new("RGB", (32, 32), (40, 120, 60)).save(image)
     four, three = _rows(image, list(TEXTS)), _rows(image, ["Literal", "Emotional", "Background"])
     stage = ValidateStage(config_from_dict({}, environ={}))
     script = {
