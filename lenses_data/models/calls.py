@@ -89,7 +89,6 @@ async def run_one(
         )
     image_sha = image.sha256 if image else None
     digest = request_hash(request, rt.role, image_sha, rt.choice_style, rt.json_mode)
-    request = with_part_hashes(rt, request, image_sha)
     parse = _tolerant(rt, request, parse)
     if digest in inflight:  # identical request already in flight in this batch: share its answer
         shared = await asyncio.shield(inflight[digest])
@@ -97,12 +96,12 @@ async def run_one(
     future: asyncio.Future[ModelResult] = asyncio.get_running_loop().create_future()
     inflight[digest] = future
     try:
-        result = (
-            replay(rt, request, parse, digest)
-            or await reused(rt, request, parse, digest)
-            or await composed(rt, request, parse, digest)
-            or await _answer(rt, request, parse, image, digest)
-        )
+        result = replay(rt, request, parse, digest) or await reused(rt, request, parse, digest)
+        if result is None:  # the parts' hashes only matter from here (a replay needs none)
+            request = with_part_hashes(rt, request, image_sha)
+            result = await composed(rt, request, parse, digest) or await _answer(
+                rt, request, parse, image, digest
+            )
         future.set_result(result)
         return result
     except BaseException as exc:
